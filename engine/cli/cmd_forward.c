@@ -1,0 +1,73 @@
+// cmd_forward.c — `specdec forward`: teacher-forced logits of every position to safetensors.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "args.h"
+#include "commands.h"
+#include "model.h"
+
+static const char *HELP =
+    "usage: specdec forward --model DIR --tokens 1,2,3,... --out FILE\n"
+    "                       [--mode decode|verify] [--chunk N] [--backend cpu]\n\n"
+    "Teacher-forced forward of the token sequence from position 0. Writes FILE (safetensors):\n"
+    "`logits` F32 [T, V] (row t = the logits after token t) and `tokens` I32 [T].\n\n"
+    "  --mode decode   one token per forward (default)\n"
+    "  --mode verify   forwards of --chunk N tokens (default 5 = k+1 for k = 4)\n"
+    "On one backend both modes give bit-identical logits (the verify ≡ decode law).\n";
+
+int cmd_forward(int argc, char **argv) {
+    const char *cmd = "specdec forward";
+    sd_args a;
+    sd_args_init(&a, cmd, argc, argv);
+    if (sd_args_help(&a)) { fputs(HELP, stdout); sd_args_free(&a); return 0; }
+    const char *dir = sd_args_str(&a, "--model"), *tokens_s = sd_args_str(&a, "--tokens");
+    const char *out = sd_args_str(&a, "--out"), *mode = sd_args_str(&a, "--mode");
+    const char *chunk_s = sd_args_str(&a, "--chunk"), *backend = sd_args_str(&a, "--backend");
+    bool ok = sd_args_done(&a);
+    sd_args_free(&a);
+    if (!ok) return EXIT_USAGE;
+
+    sd_status st = {0};
+    long chunk = 5;
+    int *tokens = NULL, T = 0;
+    if (!dir || !tokens_s || !out) { sd_fail(&st, SD_ERR_USAGE, "--model, --tokens and --out are required (see --help)"); return sd_cli_fail(cmd, &st); }
+    if (mode && strcmp(mode, "decode") && strcmp(mode, "verify")) {
+        sd_fail(&st, SD_ERR_USAGE, "--mode must be decode or verify, got '%s'", mode);
+        return sd_cli_fail(cmd, &st);
+    }
+    if (backend && strcmp(backend, "cpu")) {
+        sd_fail(&st, strcmp(backend, "cuda") ? SD_ERR_USAGE : SD_ERR_UNSUPPORTED,
+                strcmp(backend, "cuda") ? "--backend must be cpu or cuda, got '%s'" : "--backend %s: not available in this build",
+                backend);
+        return sd_cli_fail(cmd, &st);
+    }
+    if (chunk_s && !sd_parse_int("--chunk", chunk_s, 1, 64, &chunk, &st)) return sd_cli_fail(cmd, &st);
+    if (!mode || !strcmp(mode, "decode")) chunk = 1;
+    if (!sd_parse_int_list("--tokens", tokens_s, &tokens, &T, &st)) return sd_cli_fail(cmd, &st);
+
+    sd_model m;
+    sd_state s = {0};
+    float *logits = NULL;
+    sd_code rc = sd_model_load(&m, dir, &st);
+    if (!rc) rc = sd_state_init(&s, &m.cfg, T, (int)chunk, &st);
+    const int V = m.cfg.vocab_size;
+    if (!rc && !(logits = malloc(sizeof(float) * (size_t)T * V))) rc = sd_fail(&st, SD_ERR_SYS, "out of memory");
+    for (int t = 0; !rc && t < T; t += (int)chunk) {
+        int n = T - t < chunk ? T - t : (int)chunk;
+        rc = sd_forward(&m, &s, tokens + t, n, logits + (size_t)t * V, 0, NULL, &st);
+        if (!rc) rc = sd_state_commit(&s, n, &st);
+    }
+    if (!rc) {
+        sd_st_tensor t[2] = {
+            {.name = "logits", .dtype = SD_DT_F32, .ndim = 2, .shape = {T, V}, .data = logits, .nbytes = sizeof(float) * (size_t)T * V},
+            {.name = "tokens", .dtype = SD_DT_I32, .ndim = 1, .shape = {T}, .data = tokens, .nbytes = sizeof(int) * (size_t)T},
+        };
+        rc = sd_st_write(out, t, 2, &st);
+    }
+    if (!rc) fprintf(stderr, "%s: wrote %s (%d positions, %s mode)\n", cmd, out, T, chunk > 1 ? "verify" : "decode");
+    free(logits);
+    free(tokens);
+    sd_state_free(&s);
+    if (m.w.arena) sd_model_free(&m);
+    return rc ? sd_cli_fail(cmd, &st) : 0;
+}

@@ -1,0 +1,209 @@
+// cmd_run.c — `specdec run`: plain or speculative generation, with metrics, trace and receipt.
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "args.h"
+#include "commands.h"
+#include "decode.h"  // sd_decode, sd_synth_prompt
+#include "demo.h"    // sd_demo_models
+#include "receipt.h" // receipt_writer
+#include "spec.h"    // sd_spec_generate
+
+static const char *HELP =
+    "usage: specdec run [--model DIR] [--draft DIR --k K] (--prompt 1,2,3 | --prompt-len N)\n"
+    "                   [--max-new N] [--temperature T] [--seed S] [--json] [--backend cpu|cuda]\n"
+    "                   [--trace 1|2] [--trace-tag TAG] [--receipt FILE] [--plain]\n\n"
+    "Generate tokens after a prompt. With a draft, speculative rounds (draft → verify → accept →\n"
+    "rollback → maintenance); without, plain decode. With no --model: the embedded demo (the toy\n"
+    "config, weights synthesised from seed 0, and its derived draft; k = 4; phase trace level 1).\n\n"
+    "  --model DIR         target model directory (config.json + model.safetensors)\n"
+    "  --draft DIR         draft model directory (same vocabulary); enables speculative rounds\n"
+    "  --plain             plain decode even where a draft is available (the demo's)\n"
+    "  --k K               draft depth 1..16 (default 4)\n"
+    "  --prompt IDS        prompt token ids, comma-separated\n"
+    "  --prompt-len N      a prompt of N tokens drawn from --seed (default 16)\n"
+    "  --max-new N         tokens to generate (default 128)\n"
+    "  --temperature T     0 = greedy (default); > 0 samples (Philox draws keyed by --seed)\n"
+    "  --seed S            seed of the prompt and the draws (default 0)\n"
+    "  --json              one JSON object on stdout: tokens, tokens_per_s and the metrics\n"
+    "  --backend cpu|cuda  where to run (default cpu)\n"
+    "  --trace 1|2         phase trace level (overrides SPECDEC_SPEC_TRACE; see docs/FLAGS.md)\n"
+    "  --trace-tag TAG     trace line tag (default spec): [TAG-phase] and [TAG-phase-v]\n"
+    "  --receipt FILE      write a JSONL receipt: environment, then one line per burst\n"
+    "tokens_per_s = generated tokens / seconds of the generation call (prefill included).\n";
+
+typedef struct {
+    const char *model, *draft, *receipt, *tag, *backend;
+    int *prompt, n_prompt;
+    long max_new, k, trace;
+    double temperature;
+    uint64_t seed;
+    bool json, plain, demo, prompt_given;
+} run_opts;
+
+// Read and check every option; returns 0 or an exit code.
+static int parse(int argc, char **argv, run_opts *o) {
+    const char *cmd = "specdec run";
+    sd_args a;
+    sd_args_init(&a, cmd, argc, argv);
+    if (sd_args_help(&a)) { fputs(HELP, stdout); sd_args_free(&a); return -1; }
+    o->model = sd_args_str(&a, "--model");
+    o->draft = sd_args_str(&a, "--draft");
+    o->receipt = sd_args_str(&a, "--receipt");
+    o->tag = sd_args_str(&a, "--trace-tag");
+    o->backend = sd_args_str(&a, "--backend");
+    const char *prompt = sd_args_str(&a, "--prompt"), *plen = sd_args_str(&a, "--prompt-len");
+    const char *max_new = sd_args_str(&a, "--max-new"), *k = sd_args_str(&a, "--k");
+    const char *temp = sd_args_str(&a, "--temperature"), *seed = sd_args_str(&a, "--seed");
+    const char *trace = sd_args_str(&a, "--trace");
+    o->json = sd_args_flag(&a, "--json");
+    o->plain = sd_args_flag(&a, "--plain");
+    bool ok = sd_args_done(&a);
+    sd_args_free(&a);
+    if (!ok) return EXIT_USAGE;
+
+    sd_status st = {0};
+    long n_prompt = 16;
+    o->max_new = 128; o->k = DEMO_K; o->trace = -1;
+    o->demo = !o->model;
+    if (o->draft && !o->model) sd_fail(&st, SD_ERR_USAGE, "--draft needs --model");
+    else if (prompt && plen) sd_fail(&st, SD_ERR_USAGE, "give --prompt or --prompt-len, not both");
+    else if (o->tag && !*o->tag) sd_fail(&st, SD_ERR_USAGE, "--trace-tag must not be empty");
+    else if (o->backend && strcmp(o->backend, "cpu") && strcmp(o->backend, "cuda"))
+        sd_fail(&st, SD_ERR_USAGE, "--backend must be cpu or cuda, got '%s'", o->backend);
+    else if (o->backend && !strcmp(o->backend, "cuda"))
+        sd_fail(&st, SD_ERR_UNSUPPORTED, "--backend cuda: not available in this build (the CUDA backend has not landed)");
+    else if ((plen && !sd_parse_int("--prompt-len", plen, 1, 1 << 20, &n_prompt, &st)) ||
+             (max_new && !sd_parse_int("--max-new", max_new, 1, 1 << 20, &o->max_new, &st)) ||
+             (k && !sd_parse_int("--k", k, 1, SD_SPEC_MAX_K, &o->k, &st)) ||
+             (temp && !sd_parse_float("--temperature", temp, 0.0, 100.0, &o->temperature, &st)) ||
+             (seed && !sd_parse_u64("--seed", seed, &o->seed, &st)) ||
+             (trace && !sd_parse_int("--trace", trace, 1, 2, &o->trace, &st)) ||
+             (prompt && !sd_parse_int_list("--prompt", prompt, &o->prompt, &o->n_prompt, &st))) {
+    }
+    if (st.code) return sd_cli_fail(cmd, &st);
+    o->prompt_given = prompt != NULL;
+    if (!prompt) {
+        o->n_prompt = (int)n_prompt;
+        o->prompt = malloc(sizeof(int) * (size_t)n_prompt);
+    }
+    if (o->demo && o->trace < 0) o->trace = 1; // the demo prints its one-line phase summary
+    if (!o->tag) o->tag = "spec";
+    return 0;
+}
+
+static void print_json(const run_opts *o, const int *tokens, int n, double secs, const sd_accept_stats *s, bool spec) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddItemToObject(j, "tokens", cJSON_CreateIntArray(tokens, n));
+    cJSON_AddNumberToObject(j, "tokens_per_s", n / secs);
+    cJSON_AddNumberToObject(j, "seconds", secs);
+    cJSON_AddNumberToObject(j, "prompt_tokens", o->n_prompt);
+    cJSON_AddStringToObject(j, "backend", "cpu");
+    cJSON_AddStringToObject(j, "mode", spec ? "speculative" : "plain");
+    if (spec) {
+        cJSON_AddNumberToObject(j, "k", (double)o->k);
+        cJSON_AddNumberToObject(j, "rounds", (double)s->rounds);
+        cJSON_AddNumberToObject(j, "drafted", (double)s->drafted);
+        cJSON_AddNumberToObject(j, "accepted", (double)s->accepted);
+        cJSON_AddNumberToObject(j, "acceptance_rate", sd_stats_acceptance_rate(s));
+        cJSON_AddNumberToObject(j, "mean_accepted_length", sd_stats_mean_accepted_length(s));
+        cJSON *pp = cJSON_AddArrayToObject(j, "per_position");
+        for (int i = 0; i < o->k; i++) cJSON_AddItemToArray(pp, cJSON_CreateNumber(sd_stats_position_rate(s, i)));
+    }
+    char *txt = cJSON_PrintUnformatted(j);
+    puts(txt);
+    free(txt);
+    cJSON_Delete(j);
+}
+
+static void print_human(const run_opts *o, const int *tokens, int n, double secs, const sd_accept_stats *s, bool spec) {
+    printf("tokens:");
+    for (int i = 0; i < n; i++) printf(" %d", tokens[i]);
+    printf("\n%d tokens in %.3f s: %.1f tokens/s (%s, cpu)\n", n, secs, n / secs, spec ? "speculative" : "plain");
+    if (!spec) return;
+    printf("rounds %llu, drafted %llu, accepted %llu: acceptance %.1f%%, mean accepted length %.2f (k = %ld)\n",
+           (unsigned long long)s->rounds, (unsigned long long)s->drafted, (unsigned long long)s->accepted,
+           100.0 * sd_stats_acceptance_rate(s), sd_stats_mean_accepted_length(s), o->k);
+    printf("per position:");
+    for (int i = 0; i < o->k; i++) printf(" %.2f", sd_stats_position_rate(s, i));
+    printf("\n");
+}
+
+static sd_code open_receipt(receipt_writer *w, const run_opts *o, const sd_model *t, const sd_model *d,
+                            int level, sd_status *st) {
+    char flags[128];
+    snprintf(flags, sizeof flags, "SPECDEC_SPEC_TRACE=%s", getenv("SPECDEC_SPEC_TRACE") ? getenv("SPECDEC_SPEC_TRACE") : "");
+    receipt_env env = {
+        .version = SPECDEC_VERSION, .commit = SPECDEC_GIT_COMMIT,
+        .config_sha256 = t->config_sha256[0] ? t->config_sha256 : "embedded:toy",
+        .weights_sha256 = t->weights_sha256[0] ? t->weights_sha256 : "synthesised:seed=0",
+        .draft_sha256 = d ? (d->weights_sha256[0] ? d->weights_sha256 : "synthesised:seed=0") : NULL,
+        .backend = "cpu", .device = "cpu", .driver = NULL, .tag = o->tag, .flags = flags,
+        .k = d ? (int)o->k : 0, .seed = o->seed, .temperature = o->temperature, .trace_level = level,
+    };
+    return receipt_open(w, o->receipt, &env, st);
+}
+
+// Load (or synthesise) the models and the prompt.
+static sd_code setup(run_opts *o, sd_model *target, sd_model *draft, bool spec, sd_status *st) {
+    sd_code rc = o->demo ? sd_demo_models(target, spec ? draft : NULL, st) : sd_model_load(target, o->model, st);
+    if (!rc && o->draft && spec) rc = sd_model_load(draft, o->draft, st);
+    if (rc) return rc;
+    const int V = target->cfg.vocab_size;
+    if (!o->prompt) return sd_fail(st, SD_ERR_SYS, "out of memory");
+    if (o->n_prompt && o->prompt && !o->prompt_given) sd_synth_prompt(o->seed, V, o->n_prompt, o->prompt);
+    for (int i = 0; i < o->n_prompt; i++)
+        if (o->prompt[i] >= V) return sd_fail(st, SD_ERR_DATA, "--prompt: token %d is outside the vocabulary 0..%d", o->prompt[i], V - 1);
+    return SD_OK;
+}
+
+static double now_s(void) { return (double)trace_now_ns() * 1e-9; }
+
+int cmd_run(int argc, char **argv) {
+    const char *cmd = "specdec run";
+    run_opts o = {0};
+    int rc = parse(argc, argv, &o);
+    if (rc) { free(o.prompt); return rc < 0 ? 0 : rc; }
+
+    const bool spec = (o.demo || o.draft) && !o.plain;
+    sd_status st = {0};
+    sd_model target = {0}, draft = {0};
+    sd_state ts = {0}, ds = {0};
+    sd_accept_stats stats = {0};
+    receipt_writer rw = {0};
+    int *out = malloc(sizeof(int) * (size_t)o.max_new);
+    const int level = trace_level("KIMI_LINEAR", (int)o.trace);
+    const int cap = o.n_prompt + (int)o.max_new + (int)o.k + 1, chunk = 32;
+
+    sd_code c = out ? setup(&o, &target, &draft, spec, &st) : sd_fail(&st, SD_ERR_SYS, "out of memory");
+    if (!c) c = sd_state_init(&ts, &target.cfg, cap, spec && o.k + 1 > chunk ? (int)o.k + 1 : chunk, &st);
+    if (!c && spec) c = sd_state_init(&ds, &draft.cfg, cap, o.k > chunk ? (int)o.k : chunk, &st);
+    if (!c && o.receipt) c = open_receipt(&rw, &o, &target, spec ? &draft : NULL, level, &st);
+
+    trace_burst tb;
+    trace_burst_begin(&tb, level, spec ? (int)o.k : 0, NULL, NULL); // CPU: nothing to drain
+    double t0 = now_s();
+    if (!c && spec) {
+        sd_spec_opts so = {.k = (int)o.k, .temperature = (float)o.temperature, .seed = o.seed, .trace = level ? &tb : NULL};
+        c = sd_spec_generate(&target, &ts, &draft, &ds, o.prompt, o.n_prompt, (int)o.max_new, &so, out, &stats, &st);
+    } else if (!c) {
+        c = sd_decode(&target, &ts, o.prompt, o.n_prompt, (int)o.max_new, (float)o.temperature, o.seed, out, &st);
+    }
+    double secs = now_s() - t0;
+    if (!c && spec) {
+        trace_burst_emit(&tb, o.tag, stderr);
+        if (o.receipt) c = receipt_add_burst(&rw, &tb, o.tag, &st);
+    }
+    if (!c && o.json) print_json(&o, out, (int)o.max_new, secs, &stats, spec);
+    else if (!c) print_human(&o, out, (int)o.max_new, secs, &stats, spec);
+
+    receipt_close(&rw);
+    sd_state_free(&ts);
+    sd_state_free(&ds);
+    if (target.w.arena) sd_model_free(&target);
+    if (draft.w.arena) sd_model_free(&draft);
+    free(out);
+    free(o.prompt);
+    return c ? sd_cli_fail(cmd, &st) : 0;
+}

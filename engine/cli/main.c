@@ -1,0 +1,43 @@
+// main.c — `specdec COMMAND [options]`. With no command it runs the default demo (`run`).
+#include <stdio.h>
+#include <string.h>
+#include "commands.h"
+
+static const struct {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *what;
+} commands[] = {
+    {"run", cmd_run, "generate tokens: plain or speculative decode (default: the embedded toy demo)"},
+    {"init", cmd_init, "synthesise a model directory (and a derived draft) from a config"},
+    {"forward", cmd_forward, "teacher-forced logits of a token sequence, to a safetensors file"},
+    {"receipt", cmd_receipt, "parse banked trace lines; compare two receipts' phase shares"},
+};
+enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
+
+static void usage(FILE *out) {
+    fprintf(out, "usage: specdec [COMMAND] [options]   (specdec COMMAND --help for its options)\n\n"
+                 "specdec " SPECDEC_VERSION " (%s): an instrumented reference speculative-decode engine.\n\ncommands:\n",
+            SPECDEC_GIT_COMMIT);
+    for (int i = 0; i < N_COMMANDS; i++) fprintf(out, "  %-9s %s\n", commands[i].name, commands[i].what);
+    fprintf(out, "\nWith no command, `specdec` runs `specdec run` (the default demo).\n"
+                 "Exit codes: 0 success, 1 bad data or a failed run, 2 bad usage.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || argv[1][0] == '-') {
+        if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+            usage(stdout);
+            return 0;
+        }
+        if (argc >= 2 && !strcmp(argv[1], "--version")) {
+            printf("specdec %s (%s)\n", SPECDEC_VERSION, SPECDEC_GIT_COMMIT);
+            return 0;
+        }
+        return cmd_run(argc - 1, argv + 1);
+    }
+    for (int i = 0; i < N_COMMANDS; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 2, argv + 2);
+    fprintf(stderr, "specdec: unknown command '%s' (see specdec --help)\n", argv[1]);
+    return 2;
+}

@@ -1,0 +1,52 @@
+// config.h — config.json of a kimi_linear model (MODEL.md "config.json"), loaded and validated.
+#pragma once
+#include <stdbool.h>
+#include "status.h" // sd_status
+
+#define SD_MAX_LAYERS 256
+
+typedef enum { SD_MIXER_KDA = 0, SD_MIXER_MLA = 1 } sd_mixer;
+
+typedef struct sd_config {
+    int vocab_size;          // V
+    int hidden_size;         // D
+    int num_hidden_layers;   // L
+    float rms_norm_eps;
+    bool tie_word_embeddings;
+    // MLA geometry
+    int num_attention_heads; // Hm
+    int kv_lora_rank;        // R
+    int qk_nope_head_dim;    // dn
+    int qk_rope_head_dim;    // dr
+    int v_head_dim;          // dv
+    bool mla_use_nope;       // true: no RoPE anywhere
+    double rope_theta;
+    // KDA geometry (linear_attn_config)
+    int kda_num_heads;       // Hk
+    int kda_head_dim;        // d (dk = dv = d)
+    int short_conv_kernel_size; // W
+    sd_mixer mixer[SD_MAX_LAYERS]; // per 0-based layer, from kda_layers / full_attn_layers
+    // FFN
+    int first_k_dense_replace; // F: layers 0..F-1 are dense
+    int intermediate_size;     // I
+    int num_experts;           // E
+    int num_experts_per_token; // K
+    int num_shared_experts;    // S
+    int moe_intermediate_size; // Ie
+    bool moe_renormalize;
+    float routed_scaling_factor;
+    int num_expert_group;      // G
+    int topk_group;
+} sd_config;
+
+// Parse and validate config JSON text; `name` (the file path) prefixes every error, which names
+// the key and the rule it breaks: "configs/x.json: key 'num_experts_per_token': must be <= num_experts (8), got 9".
+sd_code sd_config_parse(const char *json, const char *name, sd_config *cfg, sd_status *st);
+// Read a file and parse it.
+sd_code sd_config_load(const char *path, sd_config *cfg, sd_status *st);
+// Serialise to config.json text (every key MODEL.md lists; q_lora_rank null). Caller frees.
+char *sd_config_to_json(const sd_config *cfg);
+
+// Derived sizes.
+static inline int sd_config_kda_dim(const sd_config *c) { return c->kda_num_heads * c->kda_head_dim; } // P
+static inline bool sd_config_is_moe(const sd_config *c, int layer) { return layer >= c->first_k_dense_replace; }

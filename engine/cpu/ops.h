@@ -1,0 +1,50 @@
+// ops.h — the CPU reference ops. Plain C, fp32 arithmetic, and one fixed accumulation order per
+// op (stated beside each), so that a token's result never depends on how many tokens share the
+// call or how many threads run it: the verify ≡ decode law holds bit for bit on the CPU.
+#pragma once
+#include <math.h>
+#include <stdint.h>
+#include "safetensors.h" // sd_dtype
+
+// A Linear weight [rows = out, cols = in], row-major, F32 or BF16 as loaded (BF16 is widened
+// exactly to f32 inside the dot).
+typedef struct {
+    sd_dtype dtype; // SD_DT_F32 or SD_DT_BF16
+    const void *data;
+    int rows, cols;
+} sd_mat;
+
+// Dot products. Accumulation order (the contract every caller relies on): 16 partial sums,
+// element i added to partial i % 16 in increasing i; then the partials are folded as a tree
+// (p[l] += p[l+8], then +4, +2, +1). No FMA contraction (the build passes -ffp-contract=off).
+float sd_dot_f32(const float *a, const float *b, int n);
+float sd_dot_bf16(const uint16_t *w, const float *x, int n);
+float sd_mat_dot_row(const sd_mat *m, int row, const float *x); // row · x
+
+// Widen one row to f32.
+void sd_mat_row_f32(const sd_mat *m, int row, float *out);
+
+// y[t, o] = W[o] · x[t] for t < T: every element is one sd_mat_dot_row, whatever T and the
+// thread count (threads split the rows; each row's weights are read once for all T tokens).
+void sd_linear(const sd_mat *w, const float *x, int T, float *y);
+
+// out = x / sqrt(sum(x²)/n + eps) ⊙ w, with sum(x²) = sd_dot_f32(x, x, n); out may alias x.
+void sd_rmsnorm(const float *x, const float *w, int n, float eps, float *out);
+
+// bf16 ↔ f32 (round to nearest even; NaN stays NaN).
+static inline float sd_bf16_to_f32(uint16_t h) {
+    union { uint32_t u; float f; } v = {.u = (uint32_t)h << 16};
+    return v.f;
+}
+static inline uint16_t sd_f32_to_bf16(float f) {
+    union { float f; uint32_t u; } v = {.f = f};
+    if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40);
+    return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
+}
+float sd_f16_to_f32(uint16_t h);
+
+// Scalar activations, one definition each so every op rounds alike.
+static inline float sd_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+static inline float sd_silu(float x) { return x * sd_sigmoid(x); }
+// log(1 + e^x); for x > 20 it equals x in fp32.
+static inline float sd_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }

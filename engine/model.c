@@ -1,0 +1,110 @@
+// model.c — loading a model and the layer walk of MODEL.md's forward function on the CPU.
+#include "model.h"
+#include <stdio.h>
+#include <string.h>
+#include "digest.h" // sd_sha256_file
+#include "layers.h" // sd_kda_forward, sd_mla_forward, sd_ffn_forward, sd_moe_forward
+
+sd_code sd_model_load(sd_model *m, const char *dir, sd_status *st) {
+    memset(m, 0, sizeof *m);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    sd_code rc = sd_config_load(path, &m->cfg, st);
+    if (!rc) rc = sd_sha256_file(path, m->config_sha256, st);
+    if (rc) return rc;
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    sd_st_file f;
+    rc = sd_st_open(path, &f, st);
+    if (rc) return rc;
+    rc = sd_weights_load(&m->cfg, &f, path, &m->w, st);
+    sd_st_close(&f);
+    if (!rc) rc = sd_sha256_file(path, m->weights_sha256, st);
+    if (rc) sd_model_free(m);
+    return rc;
+}
+
+void sd_model_free(sd_model *m) {
+    sd_weights_free(&m->w);
+    memset(m, 0, sizeof *m);
+}
+
+static void add_into(float *x, const float *y, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] += y[i];
+}
+
+static void norm_rows(const float *x, const float *w, int T, int D, float eps, float *out) {
+    for (int t = 0; t < T; t++) sd_rmsnorm(x + (size_t)t * D, w, D, eps, out + (size_t)t * D);
+}
+
+// One layer: h += mixer(rmsnorm(h)); h += ffn(rmsnorm(h)). Level-2 buckets time the mixer and
+// the FFN calls when opts->trace asks for them.
+static void layer_forward(const sd_model *m, sd_state *s, int i, int T, const sd_forward_opts *opts) {
+    const sd_config *c = &m->cfg;
+    const sd_layer_weights *ly = &m->w.layers[i];
+    sd_scratch *x = &s->scratch;
+    const int D = c->hidden_size;
+    trace_burst *tb = opts ? opts->trace : NULL;
+
+    norm_rows(x->x, ly->input_norm, T, D, c->rms_norm_eps, x->a);
+    uint64_t t0 = trace_bucket_start(tb);
+    if (ly->mixer == SD_MIXER_KDA) {
+        sd_kda_forward(&ly->kda, c, s, i, x->a, T, x->mix, tb);
+        trace_bucket_stop(tb, TRACE_BUCKET_VKDA, t0);
+    } else {
+        sd_mla_forward(&ly->mla, c, s, i, x->a, T, x->mix);
+        trace_bucket_stop(tb, TRACE_BUCKET_VMLA, t0);
+    }
+    add_into(x->x, x->mix, (size_t)T * D);
+
+    norm_rows(x->x, ly->post_norm, T, D, c->rms_norm_eps, x->a);
+    t0 = trace_bucket_start(tb);
+    if (ly->is_moe) {
+        sd_moe_forward(&ly->moe, c, s, x->a, T, x->mix);
+        if (opts && opts->on_route)
+            for (int t = 0; t < T; t++)
+                opts->on_route(opts->route_ctx, i, sd_state_next_pos(s) + t, x->sel + (size_t)t * c->num_experts_per_token,
+                               x->w + (size_t)t * c->num_experts_per_token, c->num_experts_per_token);
+    } else {
+        sd_ffn_forward(&ly->dense, x->a, T, x->mix, x->ffn_h1, x->ffn_h2);
+    }
+    trace_bucket_stop(tb, TRACE_BUCKET_VFFN, t0);
+    add_into(x->x, x->mix, (size_t)T * D);
+}
+
+sd_code sd_forward(const sd_model *m, sd_state *s, const int *tokens, int T, float *logits, int last_only,
+                   const sd_forward_opts *opts, sd_status *st) {
+    const sd_config *c = &m->cfg;
+    const int D = c->hidden_size, V = c->vocab_size;
+    if (T < 1 || s->pending + T > s->max_T)
+        return sd_fail(st, SD_ERR_USAGE, "forward: %d tokens with %d pending, this state holds at most %d uncommitted",
+                       T, s->pending, s->max_T);
+    if (s->len + s->pending + T > s->capacity)
+        return sd_fail(st, SD_ERR_FULL, "context full: %d positions + %d new > capacity %d", s->len + s->pending, T, s->capacity);
+    for (int t = 0; t < T; t++)
+        if (tokens[t] < 0 || tokens[t] >= V)
+            return sd_fail(st, SD_ERR_DATA, "forward: token %d at index %d is outside the vocabulary 0..%d", tokens[t], t, V - 1);
+
+    sd_scratch *x = &s->scratch;
+    for (int t = 0; t < T; t++) sd_mat_row_f32(&m->w.embed, tokens[t], x->x + (size_t)t * D);
+    for (int i = 0; i < c->num_hidden_layers; i++) layer_forward(m, s, i, T, opts);
+
+    if (logits) {
+        const int first = last_only ? T - 1 : 0, n = T - first;
+        norm_rows(x->x + (size_t)first * D, m->w.final_norm, n, D, c->rms_norm_eps, x->a);
+        sd_linear(&m->w.lm_head, x->a, n, logits);
+    }
+    s->pending += T;
+    return SD_OK;
+}
+
+sd_code sd_prefill(const sd_model *m, sd_state *s, const int *tokens, int n, float *last_logits, sd_status *st) {
+    for (int done = 0; done < n;) {
+        int room = s->max_T - s->pending, T = n - done < room ? n - done : room;
+        int last = done + T == n;
+        sd_code rc = sd_forward(m, s, tokens + done, T, last ? last_logits : NULL, 1, NULL, st);
+        if (rc) return rc;
+        sd_state_commit(s, T, st);
+        done += T;
+    }
+    return SD_OK;
+}

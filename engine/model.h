@@ -1,0 +1,37 @@
+// model.h — a loaded model (config + weights on a backend) and its forward function.
+#pragma once
+#include "config.h"  // sd_config
+#include "state.h"   // sd_state
+#include "trace.h"   // trace_burst
+#include "weights.h" // sd_weights
+
+typedef struct sd_model {
+    sd_config cfg;
+    sd_weights w;
+    char config_sha256[65];  // of config.json as read ("" for an in-memory model)
+    char weights_sha256[65]; // of model.safetensors as read ("" for an in-memory model)
+} sd_model;
+
+// Load DIR/config.json and DIR/model.safetensors (validated: config.c, safetensors.c, weights.c).
+sd_code sd_model_load(sd_model *m, const char *dir, sd_status *st);
+void sd_model_free(sd_model *m);
+
+// What a forward reports besides logits. All optional.
+typedef struct {
+    trace_burst *trace; // level-2 verify buckets tick here when trace->level >= 2 (verify only)
+    // Called once per (MoE layer, token) with the router's selection, in walk order.
+    void (*on_route)(void *ctx, int layer, int pos, const int *sel, const float *w, int k);
+    void *route_ctx;
+} sd_forward_opts;
+
+// Run T tokens at the next positions p0 = s->len + s->pending .. p0+T-1 (T = 1 decode, k+1
+// verify, a prompt chunk) and add them to the pending positions (sd_state_commit keeps a
+// prefix). logits (T, V) may be NULL (skips the head), or last_only: only row T-1 is computed,
+// into logits[0..V). Errors: pending + T above max_T, a token outside the vocabulary, or the
+// context full (capacity) — each leaves the state as it was.
+sd_code sd_forward(const sd_model *m, sd_state *s, const int *tokens, int T, float *logits, int last_only,
+                   const sd_forward_opts *opts, sd_status *st);
+
+// Feed n tokens in chunks of at most s->max_T, committing each; logits of the last token (V) if
+// last_logits is not NULL.
+sd_code sd_prefill(const sd_model *m, sd_state *s, const int *tokens, int n, float *last_logits, sd_status *st);

@@ -1,0 +1,76 @@
+// state.h — one sequence's caches: MLA latent caches, KDA states and conv windows, plus the
+// scratch a forward of up to max_T tokens needs.
+//
+// Everything is indexed by absolute position, so rollback is bookkeeping, not copying:
+//   - MLA: c and kpe of position p live in row p (capacity rows; overflow is "context full").
+//   - KDA state: S after the first n tokens lives in slot n % (max_T + 1). A forward of T <= max_T
+//     tokens from length n writes slots n+1 .. n+T and never the slot of n.
+//   - conv windows: the raw q/k/v projections of position p live in row p % (max_T + W - 1), so
+//     the W-1 committed inputs a window needs are never overwritten by a forward's T new rows.
+// Forwards append pending positions (up to max_T in all, e.g. a draft's k single-token steps or
+// one (k+1)-token verify); sd_state_commit(n) keeps exactly the first n of them and drops the
+// rest, after which every live byte equals that of a state that only ever saw those tokens.
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include "config.h" // sd_config
+
+typedef struct {
+    float *S;    // (max_T+1, Hk, d, d) fp32; S[slot][h][i][j]: key dim i, value dim j
+    float *conv; // (max_T+W-1, 3P): raw q, k, v projections by position
+} sd_kda_state;
+
+typedef struct {
+    float *c;    // (capacity, R) normalised latents
+    float *kpe;  // (capacity, dr) rope keys (rotated when RoPE is on)
+} sd_mla_state;
+
+// Scratch for one forward of up to max_T tokens (contents meaningless between calls).
+typedef struct {
+    float *x, *a, *mix;                 // (T, D) residual, normed input, sublayer output
+    float *q, *k, *v, *qc, *kc, *vc;    // (T, P) KDA raw and convolved
+    float *gate, *fa, *ga, *gb, *beta, *y; // KDA gates (T,P), (T,d), (T,d), (T,P), (T,Hk), (T,P)
+    float *mq, *kv, *qabs, *lat, *mo;   // MLA (T,Hm(dn+dr)), (T,R+dr), (T,Hm,R), (T,Hm,R), (T,Hm dv)
+    float *scores;                      // (Hm, capacity) one row per head
+    float *ffn_h1, *ffn_h2;             // (T, max FFN width)
+    float *exp_out;                     // (T, K, D) routed expert outputs
+    float *xg, *yg;                     // (T, D) gathered tokens of one expert and their outputs
+    float *router;                      // (T, E)
+    int *sel;                           // (T, K)
+    float *w;                           // (T, K)
+} sd_scratch;
+
+typedef struct sd_state {
+    const sd_config *cfg;
+    int capacity; // positions the MLA caches hold
+    int max_T;    // the largest forward
+    int len;      // committed positions
+    int pending;  // positions computed since the last commit (len .. len+pending-1)
+    sd_kda_state *kda; // per layer (NULL arrays for MLA layers)
+    sd_mla_state *mla; // per layer (NULL arrays for KDA layers)
+    sd_scratch scratch;
+    void *arena;
+    size_t arena_bytes;
+} sd_state;
+
+// A state for cfg holding `capacity` positions, forwards of up to max_T tokens; zeroed caches.
+sd_code sd_state_init(sd_state *s, const sd_config *cfg, int capacity, int max_T, sd_status *st);
+void sd_state_free(sd_state *s);
+// Back to the empty sequence (length 0).
+void sd_state_reset(sd_state *s);
+// Keep the first n of the pending positions (0 <= n <= pending) and drop the rest.
+sd_code sd_state_commit(sd_state *s, int n, sd_status *st);
+
+// Slot and row helpers (the indexing rules above).
+static inline int sd_state_slot(const sd_state *s, int n) { return n % (s->max_T + 1); }
+static inline int sd_state_conv_row(const sd_state *s, int pos) {
+    return pos % (s->max_T + s->cfg->short_conv_kernel_size - 1);
+}
+// The position the next forward's first token takes.
+static inline int sd_state_next_pos(const sd_state *s) { return s->len + s->pending; }
+float *sd_state_kda_S(const sd_state *s, int layer, int n); // S after n tokens, all heads
+
+// sha256 (hex) of the live state only: len, each KDA layer's S after len tokens and the conv
+// inputs of positions len-W+1 .. len-1 (zeros before position 0), each MLA layer's rows
+// 0 .. len-1. Equal hashes ⇔ equal observable state (what rollback promises).
+void sd_state_live_hash(const sd_state *s, char hex[65]);

@@ -1,0 +1,129 @@
+// synth.c — deterministic synthetic weights (generator: synth.h) and model directories.
+//
+// Scales (std of u·a is a/√3), chosen so activations stay O(1) through every layer and the
+// logits spread enough that temperature-1 sampling is meaningful:
+//   Linear read from the residual stream or a gate: std 1/√in (unit-variance outputs)
+//   residual writers (o_proj, down_proj):           std 1/√(in·2L) (the stream grows ~√2 over L layers)
+//   embedding rows: std 1;  lm_head: std 3/√D (logits on a unit-RMS input have std ≈ 3)
+//   norm weights: 1 ± 0.05;  conv taps: std 1/√W;  router: std 1/√D, bias ±0.05
+//   A_log ∈ [0, 2.77] (A ∈ [1, 16]);  dt_bias ∈ [-7, -2.3] (softplus ≈ 0.001 .. 0.1): decays
+//   from near-1 to fast, as flash-linear-attention initialises them.
+#include "synth.h"
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "philox.h" // sd_philox4x32_10
+
+static uint32_t fnv1a32(const char *s) {
+    uint32_t h = 2166136261u;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
+    return h;
+}
+
+typedef struct { float scale, offset; } affine;
+
+static affine role_affine(sd_weight_role role, int fan_in, const sd_config *c) {
+    const float L2 = 2.0f * (float)c->num_hidden_layers, D = (float)c->hidden_size;
+    switch (role) {
+    case SD_ROLE_MATRIX: return (affine){sqrtf(3.0f / (float)fan_in), 0.0f};
+    case SD_ROLE_RESIDUAL: return (affine){sqrtf(3.0f / ((float)fan_in * L2)), 0.0f};
+    case SD_ROLE_EMBED: return (affine){sqrtf(3.0f), 0.0f};
+    case SD_ROLE_HEAD: return (affine){3.0f * sqrtf(3.0f / D), 0.0f};
+    case SD_ROLE_NORM: return (affine){0.05f, 1.0f};
+    case SD_ROLE_CONV: return (affine){sqrtf(3.0f / (float)c->short_conv_kernel_size), 0.0f};
+    case SD_ROLE_A_LOG: return (affine){1.385f, 1.385f};   // [0, 2.77)
+    case SD_ROLE_DT_BIAS: return (affine){2.35f, -4.65f};  // [-7, -2.3)
+    case SD_ROLE_ROUTER: return (affine){sqrtf(3.0f / D), 0.0f};
+    case SD_ROLE_ROUTER_BIAS: return (affine){0.05f, 0.0f};
+    }
+    return (affine){0.0f, 0.0f};
+}
+
+static void fill(const sd_weight_spec *s, const sd_config *c, const sd_synth_opts *o) {
+    const int64_t n = s->shape[0] * (s->ndim == 2 ? s->shape[1] : 1);
+    const int fan_in = s->ndim == 2 ? (int)s->shape[1] : 1;
+    affine af = role_affine(s->role, fan_in, c);
+    if (s->role == SD_ROLE_RESIDUAL && s->layer >= o->tail_from) af.scale *= o->tail_scale;
+    const uint32_t key[2] = {(uint32_t)o->seed, (uint32_t)(o->seed >> 32)};
+    const uint32_t name_hash = fnv1a32(s->name);
+    void *dst = s->keep_dtype ? (void *)s->mat->data : (void *)*s->vec;
+#pragma omp parallel for schedule(static)
+    for (int64_t blk = 0; blk < (n + 3) / 4; blk++) {
+        const uint32_t ctr[4] = {(uint32_t)blk, (uint32_t)((uint64_t)blk >> 32), name_hash, SD_DRAW_INIT};
+        sd_philox_out r = sd_philox4x32_10(ctr, key);
+        for (int l = 0; l < 4 && blk * 4 + l < n; l++) {
+            float u = 2.0f * sd_u32_to_unit(r.v[l]) - 1.0f;
+            float v = u * af.scale + af.offset;
+            if (s->dtype == SD_DT_BF16) ((uint16_t *)dst)[blk * 4 + l] = sd_f32_to_bf16(v);
+            else ((float *)dst)[blk * 4 + l] = v;
+        }
+    }
+}
+
+sd_code sd_synth_model(sd_model *m, const sd_config *cfg, const sd_synth_opts *o, sd_status *st) {
+    memset(m, 0, sizeof *m);
+    m->cfg = *cfg;
+    if (o->dtype != SD_DT_F32 && o->dtype != SD_DT_BF16)
+        return sd_fail(st, SD_ERR_USAGE, "init: dtype must be bf16 or f32");
+    sd_code rc = sd_weights_plan(&m->cfg, &m->w, st);
+    for (int i = 0; !rc && i < m->w.n_specs; i++)
+        m->w.specs[i].dtype = m->w.specs[i].keep_dtype ? o->dtype : SD_DT_F32;
+    if (!rc) rc = sd_weights_alloc(&m->w, st);
+    for (int i = 0; !rc && i < m->w.n_specs; i++) fill(&m->w.specs[i], &m->cfg, o);
+    if (rc) sd_model_free(m);
+    return rc;
+}
+
+sd_code sd_draft_config(const sd_config *cfg, int n_layers, sd_config *out, sd_status *st) {
+    if (n_layers < 1 || n_layers > cfg->num_hidden_layers)
+        return sd_fail(st, SD_ERR_USAGE, "--draft-layers must be in 1..%d, got %d", cfg->num_hidden_layers, n_layers);
+    *out = *cfg;
+    out->num_hidden_layers = n_layers;
+    if (out->first_k_dense_replace > n_layers) out->first_k_dense_replace = n_layers;
+    return SD_OK;
+}
+
+// Write a whole buffer to a temporary name beside path, then rename it over path.
+static sd_code write_atomic(const char *path, const char *text, sd_status *st) {
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f) return sd_fail(st, SD_ERR_SYS, "%s: cannot write: %s", tmp, strerror(errno));
+    size_t len = strlen(text);
+    int ok = fwrite(text, 1, len, f) == len;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return sd_fail(st, SD_ERR_SYS, "%s: cannot write: %s", path, strerror(errno));
+    }
+    return SD_OK;
+}
+
+sd_code sd_model_save(const sd_model *m, const char *dir, sd_status *st) {
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return sd_fail(st, SD_ERR_SYS, "%s: cannot create folder: %s", dir, strerror(errno));
+    const sd_weights *w = &m->w;
+    sd_st_tensor *t = calloc((size_t)w->n_specs, sizeof *t);
+    if (!t) return sd_fail(st, SD_ERR_SYS, "out of memory");
+    for (int i = 0; i < w->n_specs; i++) {
+        const sd_weight_spec *s = &w->specs[i];
+        t[i] = (sd_st_tensor){.name = (char *)s->name, .dtype = s->dtype, .ndim = s->ndim,
+                              .data = sd_weight_data(s)};
+        t[i].shape[0] = s->shape[0];
+        t[i].shape[1] = s->shape[1];
+        t[i].nbytes = (size_t)sd_st_numel(&t[i]) * sd_dtype_size(s->dtype);
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    sd_code rc = sd_st_write(path, t, w->n_specs, st);
+    free(t);
+    char *json = rc ? NULL : sd_config_to_json(&m->cfg);
+    if (!rc && !json) rc = sd_fail(st, SD_ERR_SYS, "out of memory");
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (!rc) rc = write_atomic(path, json, st);
+    free(json);
+    return rc;
+}

@@ -1,0 +1,166 @@
+// test_model.c — the forward against MODEL.md's golden vectors (an independent float64
+// implementation), verify ≡ decode bitwise, and the forward's input errors.
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <string.h>
+#include "common.h"
+
+typedef struct { int layer, pos, sel[8]; double w[8]; } route_row;
+typedef struct { route_row *rows; int n, cap; } route_log;
+
+static void record_route(void *ctx, int layer, int pos, const int *sel, const float *w, int k) {
+    route_log *l = ctx;
+    if (l->n == l->cap) l->rows = realloc(l->rows, sizeof *l->rows * (size_t)(l->cap = l->cap ? 2 * l->cap : 64));
+    route_row *r = &l->rows[l->n++];
+    r->layer = layer;
+    r->pos = pos;
+    for (int j = 0; j < k; j++) { r->sel[j] = sel[j]; r->w[j] = w[j]; }
+}
+
+// Golden rows are in decode walk order (position-major); a verify walk records layer-major
+// within a chunk, so compare in (pos, layer) order.
+static int by_pos_layer(const void *a, const void *b) {
+    const route_row *x = a, *y = b;
+    return x->pos != y->pos ? x->pos - y->pos : x->layer - y->layer;
+}
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    cr_assert(f, "cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    cr_assert_eq(fread(b, 1, (size_t)n, f), (size_t)n);
+    b[n] = 0;
+    fclose(f);
+    return b;
+}
+
+// MODEL.md / golden/README.md: ‖logits − expected‖ / ‖expected‖ ≤ 1e-4 on the CPU (F32 and
+// BF16 weights alike: the weights are exact, only fp32-vs-fp64 arithmetic differs). Routing:
+// sel exact (the golden sequences have no near-ties at these margins), w within 1e-5 relative.
+static void check_golden(const char *name, int chunk) {
+    char dir[4096], path[4200];
+    snprintf(dir, sizeof dir, "%s/../shared/golden/%s", src_dir(), name);
+    snprintf(path, sizeof path, "%s/expected.safetensors", dir);
+    FILE *probe = fopen(path, "rb");
+    if (!probe) cr_skip_test("golden vectors not found at %s", dir);
+    fclose(probe);
+
+    sd_status st = {0};
+    sd_model m;
+    cr_assert_eq(sd_model_load(&m, dir, &st), SD_OK, "%s", st.msg);
+    sd_st_file ex;
+    cr_assert_eq(sd_st_open(path, &ex, &st), SD_OK, "%s", st.msg);
+    const sd_st_tensor *tok = sd_st_find(&ex, "tokens"), *lg = sd_st_find(&ex, "logits");
+    cr_assert(tok && lg && tok->dtype == SD_DT_I32 && lg->dtype == SD_DT_F64);
+    const int T = (int)tok->shape[0], V = m.cfg.vocab_size;
+    int tokens[T];
+    memcpy(tokens, tok->data, sizeof tokens);
+
+    route_log routes = {0};
+    sd_forward_opts opts = {.on_route = record_route, .route_ctx = &routes};
+    sd_state s;
+    cr_assert_eq(sd_state_init(&s, &m.cfg, T, chunk, &st), SD_OK);
+    float *out = malloc(sizeof(float) * (size_t)T * V);
+    for (int t = 0; t < T; t += chunk) {
+        int n = T - t < chunk ? T - t : chunk;
+        cr_assert_eq(sd_forward(&m, &s, tokens + t, n, out + (size_t)t * V, 0, &opts, &st), SD_OK, "%s", st.msg);
+        sd_state_commit(&s, n, &st);
+    }
+    double num = 0, den = 0;
+    for (size_t i = 0; i < (size_t)T * V; i++) {
+        double e;
+        memcpy(&e, (const char *)lg->data + 8 * i, 8);
+        num += (out[i] - e) * (out[i] - e);
+        den += e * e;
+    }
+    double rel = sqrt(num / den);
+    cr_assert(rel <= 1e-4, "%s: relative logit error %.3g > 1e-4", name, rel);
+
+    snprintf(path, sizeof path, "%s/routing.json", dir);
+    char *text = slurp(path);
+    cJSON *rows = cJSON_Parse(text);
+    cr_assert(cJSON_IsArray(rows));
+    cr_assert_eq(cJSON_GetArraySize(rows), routes.n, "routing rows: golden %d, engine %d", cJSON_GetArraySize(rows), routes.n);
+    const int K = m.cfg.num_experts_per_token;
+    qsort(routes.rows, (size_t)routes.n, sizeof *routes.rows, by_pos_layer);
+    for (int i = 0; i < routes.n; i++) {
+        cJSON *r = cJSON_GetArrayItem(rows, i);
+        cr_assert_eq(routes.rows[i].layer, cJSON_GetObjectItem(r, "layer")->valueint);
+        cr_assert_eq(routes.rows[i].pos, cJSON_GetObjectItem(r, "pos")->valueint);
+        for (int j = 0; j < K; j++) {
+            cr_assert_eq(routes.rows[i].sel[j], cJSON_GetArrayItem(cJSON_GetObjectItem(r, "sel"), j)->valueint,
+                         "row %d (layer %d pos %d) sel[%d]", i, routes.rows[i].layer, routes.rows[i].pos, j);
+            double we = cJSON_GetArrayItem(cJSON_GetObjectItem(r, "w"), j)->valuedouble;
+            cr_assert(fabs(routes.rows[i].w[j] - we) <= 1e-5 * fabs(we), "row %d w[%d]: %.9g vs %.9g", i, j, routes.rows[i].w[j], we);
+        }
+    }
+    cJSON_Delete(rows);
+    free(text);
+    free(routes.rows);
+    free(out);
+    sd_st_close(&ex);
+    sd_state_free(&s);
+    sd_model_free(&m);
+}
+
+Test(golden, nope_f32_decode) { check_golden("tiny-nope-f32", 1); }
+Test(golden, nope_f32_verify_chunks) { check_golden("tiny-nope-f32", 5); }
+Test(golden, rope_bf16_decode) { check_golden("tiny-rope-bf16", 1); }
+Test(golden, rope_bf16_verify_chunks) { check_golden("tiny-rope-bf16", 7); }
+
+// Verify ≡ decode, bitwise: every chunk size gives the same logits as one token at a time.
+static void check_verify_equals_decode(const char *config, int bf16) {
+    sd_model m;
+    synth_from(config, 7, bf16, SD_MAX_LAYERS, 1.0f, &m);
+    enum { N = 37 };
+    int tokens[N];
+    random_tokens(3, m.cfg.vocab_size, N, tokens);
+    float *ref = logits_chunked(&m, tokens, N, 1);
+    for (int chunk = 2; chunk <= 9; chunk++) {
+        float *got = logits_chunked(&m, tokens, N, chunk);
+        cr_assert(memcmp(ref, got, sizeof(float) * N * m.cfg.vocab_size) == 0, "%s: chunk %d differs from decode", config, chunk);
+        free(got);
+    }
+    free(ref);
+    sd_model_free(&m);
+}
+
+Test(verify_decode, tiny_f32) { check_verify_equals_decode("configs/tiny.json", 0); }
+Test(verify_decode, tiny_bf16) { check_verify_equals_decode("configs/tiny.json", 1); }
+Test(verify_decode, toy_bf16, .timeout = 120) {
+    sd_model m;
+    synth_from("configs/toy.json", 1, 1, SD_MAX_LAYERS, 1.0f, &m);
+    enum { N = 10 };
+    int tokens[N];
+    random_tokens(5, m.cfg.vocab_size, N, tokens);
+    float *ref = logits_chunked(&m, tokens, N, 1), *got = logits_chunked(&m, tokens, N, 5);
+    cr_assert(memcmp(ref, got, sizeof(float) * N * m.cfg.vocab_size) == 0, "toy: verify chunk 5 differs from decode");
+    free(ref);
+    free(got);
+    sd_model_free(&m);
+}
+
+Test(forward_errors, context_full_and_bad_tokens) {
+    sd_model m;
+    synth_from("configs/tiny.json", 1, 0, SD_MAX_LAYERS, 1.0f, &m);
+    sd_state s;
+    sd_status st = {0};
+    cr_assert_eq(sd_state_init(&s, &m.cfg, 4, 3, &st), SD_OK);
+    int tokens[4] = {1, 2, 3, 4};
+    cr_assert_eq(sd_forward(&m, &s, tokens, 3, NULL, 0, NULL, &st), SD_OK);
+    cr_assert_eq(sd_state_commit(&s, 3, &st), SD_OK);
+    cr_assert_eq(sd_forward(&m, &s, tokens, 2, NULL, 0, NULL, &st), SD_ERR_FULL);
+    cr_assert(strstr(st.msg, "context full"), "%s", st.msg);
+    cr_assert_eq(s.len, 3);
+    cr_assert_eq(s.pending, 0, "a refused forward leaves the state as it was");
+    int bad = m.cfg.vocab_size;
+    cr_assert_eq(sd_forward(&m, &s, &bad, 1, NULL, 0, NULL, &st), SD_ERR_DATA);
+    cr_assert(strstr(st.msg, "outside the vocabulary"), "%s", st.msg);
+    cr_assert_eq(sd_forward(&m, &s, tokens, 4, NULL, 0, NULL, &st), SD_ERR_USAGE, "more than max_T tokens");
+    cr_assert_eq(sd_state_commit(&s, 1, &st), SD_ERR_USAGE, "commit beyond pending");
+    sd_state_free(&s);
+    sd_model_free(&m);
+}

@@ -1,0 +1,77 @@
+// trace.h — the phase trace of speculative rounds (DESIGN.md "Trace lines").
+//
+// Level 0: off (no clock read, no lock on the hot path: every hook is behind a NULL check).
+// Level 1: per burst (= one generation call), the five phases; each boundary synchronises
+//          the backend first so device time lands in the phase that spent it. Shares, not walls.
+// Level 2: plus the verify sub-split, ticked from inside the verify pass's layer walk:
+//          vkda (scan inside it), vmla, vffn; vrest = verify - vkda - vmla, vffn inside vrest.
+#pragma once
+#include <stdint.h>
+#include <stdio.h>
+#include <stddef.h>
+
+typedef enum {
+    TRACE_PHASE_DRAFT = 0,
+    TRACE_PHASE_VERIFY,
+    TRACE_PHASE_ACCEPT,
+    TRACE_PHASE_ROLL,
+    TRACE_PHASE_MAINT,
+    TRACE_N_PHASES
+} trace_phase;
+
+typedef enum {
+    TRACE_BUCKET_VKDA = 0, // KDA mixer calls of the verify pass
+    TRACE_BUCKET_SCAN,     // the sequential recurrence inside them
+    TRACE_BUCKET_VMLA,     // MLA mixer calls of the verify pass
+    TRACE_BUCKET_VFFN,     // dense, MoE and shared-expert FFN calls of the verify pass
+    TRACE_N_BUCKETS
+} trace_bucket;
+
+// Pure level resolution (unit-tested without touching the environment). Each value is "1",
+// "2", or anything else (= not set; "0" is not a level). Either alone is honoured; both valid
+// and different: the general one wins and one line naming both is written to `warn` (else
+// warn[0] = 0), the alias named by `alias_name` (e.g. "SPECDEC_KIMI_LINEAR_SPEC_TRACE"; NULL
+// writes "the family alias"). A junk general value never masks a valid alias.
+int trace_level_resolve(const char *general, const char *alias, const char *alias_name,
+                        char *warn, size_t warn_len);
+
+// The process's level: SPECDEC_SPEC_TRACE and SPECDEC_<FAMILY>_SPEC_TRACE (family = model_type
+// upper-cased, e.g. KIMI_LINEAR; NULL = no alias), read and resolved once per process (the
+// warning, if any, printed once to stderr). cli_level 0, 1 or 2 (the CLI's --trace) overrides
+// the environment, which is then not read; -1 = not given.
+int trace_level(const char *family, int cli_level);
+
+// Monotonic nanoseconds.
+uint64_t trace_now_ns(void);
+
+// One burst's clocks and counts. Filled by the round loop (phases, acceptance) and by the
+// verify layer walk (buckets).
+typedef struct trace_burst {
+    int level;
+    int k;
+    uint64_t rounds;
+    uint64_t phase_ns[TRACE_N_PHASES];
+    uint64_t bucket_ns[TRACE_N_BUCKETS];
+    uint64_t drafted, accepted, emitted; // acceptance counts of the burst
+    uint64_t t_mark;                     // the last boundary's clock
+    void (*sync)(void *ctx);             // drains the backend; NULL = nothing to drain (CPU)
+    void *sync_ctx;
+} trace_burst;
+
+// Start a burst (drains the accumulators; reads the clock when level >= 1).
+void trace_burst_begin(trace_burst *b, int level, int k, void (*sync)(void *), void *sync_ctx);
+// Phase boundary: sync the backend, read the clock, charge the time since the last mark to
+// `ended`. No-op at level 0.
+void trace_phase_end(trace_burst *b, trace_phase ended);
+
+// Level-2 bucket timing around one call inside the verify walk. Usage:
+//   uint64_t t = trace_bucket_start(b);  ...call...  trace_bucket_stop(b, TRACE_BUCKET_VKDA, t);
+// Both sync the backend; both are no-ops (return 0) unless b && b->level >= 2.
+uint64_t trace_bucket_start(trace_burst *b);
+void trace_bucket_stop(trace_burst *b, trace_bucket which, uint64_t t_start);
+
+// The two line shapes of DESIGN.md, TAG = tag ("spec" by default). Level 1 writes the phase
+// line; level 2 adds the -v line. Nothing at level 0 or with rounds == 0.
+void trace_burst_emit(const trace_burst *b, const char *tag, FILE *out);
+// The same text into a buffer (for tests and receipts); returns the length written.
+size_t trace_burst_format(const trace_burst *b, const char *tag, char *buf, size_t len);
