@@ -2,7 +2,8 @@
 #include "model.h"
 #include <stdio.h>
 #include <string.h>
-#include "digest.h" // sd_sha256_file
+#include "backend.h" // sd_backend
+#include "digest.h"  // sd_sha256_file
 #include "layers.h" // sd_kda_forward, sd_mla_forward, sd_ffn_forward, sd_moe_forward
 
 sd_code sd_model_load(sd_model *m, const char *dir, sd_status *st) {
@@ -24,7 +25,8 @@ sd_code sd_model_load(sd_model *m, const char *dir, sd_status *st) {
 }
 
 void sd_model_free(sd_model *m) {
-    sd_weights_free(&m->w);
+    if (m->backend) m->backend->free_model(m);
+    else sd_weights_free(&m->w);
     memset(m, 0, sizeof *m);
 }
 
@@ -83,6 +85,8 @@ sd_code sd_forward(const sd_model *m, sd_state *s, const int *tokens, int T, flo
     for (int t = 0; t < T; t++)
         if (tokens[t] < 0 || tokens[t] >= V)
             return sd_fail(st, SD_ERR_DATA, "forward: token %d at index %d is outside the vocabulary 0..%d", tokens[t], t, V - 1);
+
+    if (m->backend) return m->backend->forward(m, s, tokens, T, logits, last_only, opts, st);
 
     sd_scratch *x = &s->scratch;
     for (int t = 0; t < T; t++) sd_mat_row_f32(&m->w.embed, tokens[t], x->x + (size_t)t * D);

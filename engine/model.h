@@ -5,9 +5,12 @@
 #include "trace.h"   // trace_burst
 #include "weights.h" // sd_weights
 
+struct sd_backend;
+
 typedef struct sd_model {
     sd_config cfg;
-    sd_weights w;
+    sd_weights w;                    // host tensors (CPU backend), or device tensors of a backend
+    const struct sd_backend *backend; // NULL: the CPU reference
     char config_sha256[65];  // of config.json as read ("" for an in-memory model)
     char weights_sha256[65]; // of model.safetensors as read ("" for an in-memory model)
 } sd_model;

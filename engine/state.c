@@ -53,7 +53,13 @@ static void layout(sd_state *s, bump *b) {
 }
 
 sd_code sd_state_init(sd_state *s, const sd_config *cfg, int capacity, int max_T, sd_status *st) {
+    return sd_state_init_on(s, cfg, capacity, max_T, NULL, st);
+}
+
+sd_code sd_state_init_on(sd_state *s, const sd_config *cfg, int capacity, int max_T, const sd_allocator *mem,
+                         sd_status *st) {
     memset(s, 0, sizeof *s);
+    s->mem = mem;
     if (capacity < 1 || max_T < 1)
         return sd_fail(st, SD_ERR_USAGE, "state: capacity (%d) and max tokens per forward (%d) must be >= 1", capacity, max_T);
     s->cfg = cfg;
@@ -63,7 +69,7 @@ sd_code sd_state_init(sd_state *s, const sd_config *cfg, int capacity, int max_T
     s->mla = calloc(cfg->num_hidden_layers, sizeof *s->mla);
     bump measure = {0};
     layout(s, &measure);
-    s->arena = aligned_alloc(64, measure.used);
+    s->arena = mem ? mem->alloc(measure.used, mem->ctx) : aligned_alloc(64, measure.used);
     if (!s->kda || !s->mla || !s->arena) {
         sd_state_free(s);
         return sd_fail(st, SD_ERR_SYS, "state: cannot allocate %zu bytes for %d positions", measure.used, capacity);
@@ -76,7 +82,8 @@ sd_code sd_state_init(sd_state *s, const sd_config *cfg, int capacity, int max_T
 }
 
 void sd_state_free(sd_state *s) {
-    free(s->arena);
+    if (s->mem && s->arena) s->mem->free(s->arena, s->mem->ctx);
+    else free(s->arena);
     free(s->kda);
     free(s->mla);
     memset(s, 0, sizeof *s);
@@ -85,7 +92,8 @@ void sd_state_free(sd_state *s) {
 // Zero history: S = 0 and zero conv inputs before position 0 are what MODEL.md starts from.
 // Clearing the whole arena is simplest and also makes scratch deterministic.
 void sd_state_reset(sd_state *s) {
-    memset(s->arena, 0, s->arena_bytes);
+    if (s->mem) s->mem->zero(s->arena, s->arena_bytes, s->mem->ctx);
+    else memset(s->arena, 0, s->arena_bytes);
     s->len = 0;
     s->pending = 0;
 }

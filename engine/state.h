@@ -40,8 +40,17 @@ typedef struct {
     float *w;                           // (T, K)
 } sd_scratch;
 
+// Where a state's arena lives: host memory (NULL allocator) or a backend's device memory.
+typedef struct sd_allocator {
+    void *(*alloc)(size_t bytes, void *ctx); // NULL on failure
+    void (*free)(void *p, void *ctx);
+    void (*zero)(void *p, size_t bytes, void *ctx);
+    void *ctx;
+} sd_allocator;
+
 typedef struct sd_state {
     const sd_config *cfg;
+    const sd_allocator *mem; // NULL: host memory
     int capacity; // positions the MLA caches hold
     int max_T;    // the largest forward
     int len;      // committed positions
@@ -55,6 +64,9 @@ typedef struct sd_state {
 
 // A state for cfg holding `capacity` positions, forwards of up to max_T tokens; zeroed caches.
 sd_code sd_state_init(sd_state *s, const sd_config *cfg, int capacity, int max_T, sd_status *st);
+// The same layout in memory from `mem` (e.g. device memory: the pointers are the device's).
+sd_code sd_state_init_on(sd_state *s, const sd_config *cfg, int capacity, int max_T, const sd_allocator *mem,
+                         sd_status *st);
 void sd_state_free(sd_state *s);
 // Back to the empty sequence (length 0).
 void sd_state_reset(sd_state *s);
@@ -70,7 +82,7 @@ static inline int sd_state_conv_row(const sd_state *s, int pos) {
 static inline int sd_state_next_pos(const sd_state *s) { return s->len + s->pending; }
 float *sd_state_kda_S(const sd_state *s, int layer, int n); // S after n tokens, all heads
 
-// sha256 (hex) of the live state only: len, each KDA layer's S after len tokens and the conv
+// sha256 (hex) of the live state only (host states): len, each KDA layer's S after len tokens and the conv
 // inputs of positions len-W+1 .. len-1 (zeros before position 0), each MLA layer's rows
 // 0 .. len-1. Equal hashes ⇔ equal observable state (what rollback promises).
 void sd_state_live_hash(const sd_state *s, char hex[65]);

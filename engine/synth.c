@@ -25,8 +25,8 @@ static uint32_t fnv1a32(const char *s) {
 
 typedef struct { float scale, offset; } affine;
 
-static affine role_affine(sd_weight_role role, int fan_in, const sd_config *c) {
-    const float L2 = 2.0f * (float)c->num_hidden_layers, D = (float)c->hidden_size;
+static affine role_affine(sd_weight_role role, int fan_in, const sd_config *c, int depth) {
+    const float L2 = 2.0f * (float)(depth > 0 ? depth : c->num_hidden_layers), D = (float)c->hidden_size;
     switch (role) {
     case SD_ROLE_MATRIX: return (affine){sqrtf(3.0f / (float)fan_in), 0.0f};
     case SD_ROLE_RESIDUAL: return (affine){sqrtf(3.0f / ((float)fan_in * L2)), 0.0f};
@@ -45,7 +45,7 @@ static affine role_affine(sd_weight_role role, int fan_in, const sd_config *c) {
 static void fill(const sd_weight_spec *s, const sd_config *c, const sd_synth_opts *o) {
     const int64_t n = s->shape[0] * (s->ndim == 2 ? s->shape[1] : 1);
     const int fan_in = s->ndim == 2 ? (int)s->shape[1] : 1;
-    affine af = role_affine(s->role, fan_in, c);
+    affine af = role_affine(s->role, fan_in, c, o->depth);
     if (s->role == SD_ROLE_RESIDUAL && s->layer >= o->tail_from) af.scale *= o->tail_scale;
     const uint32_t key[2] = {(uint32_t)o->seed, (uint32_t)(o->seed >> 32)};
     const uint32_t name_hash = fnv1a32(s->name);

@@ -15,6 +15,8 @@ typedef struct {
     sd_dtype dtype;     // matrices: SD_DT_BF16 or SD_DT_F32 (vectors are always F32)
     int tail_from;      // layers tail_from..L-1 have o_proj and every down_proj scaled by
     float tail_scale;   //   tail_scale (tail_from >= L: no scaling)
+    int depth;          // the L residual writers are scaled for (0: the config's own L); a
+                        // derived draft passes its target's L so its layers equal the target's
 } sd_synth_opts;
 
 // Synthesise a model for cfg in memory.

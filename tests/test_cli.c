@@ -1,1 +1,740 @@
-// placeholder: being written
+// test_cli.c — the specdec binary end to end: usage and exit codes, init determinism, forward's
+// verify ≡ decode, run's JSON / trace / receipt, and the receipt commands. Every case runs the
+// real executable (SPECDEC_BIN) on configs/tiny.json inside a private mkdtemp folder.
+#include <criterion/criterion.h>
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define TINY_VOCAB 64
+#define TINY_LAYERS 4
+
+// ---- paths ----
+
+static const char *bin(void) {
+    const char *b = getenv("SPECDEC_BIN");
+    return b && *b ? b : SPECDEC_BIN;
+}
+
+static const char *tiny_config(void) {
+    static char p[4096];
+    const char *d = getenv("SPECDEC_SOURCE_DIR");
+    snprintf(p, sizeof p, "%s/configs/tiny.json", d && *d ? d : SPECDEC_SOURCE_DIR);
+    return p;
+}
+
+// ---- the private folder ----
+
+static char dir[64];
+
+static void rm_tree(const char *path) {
+    struct stat sb;
+    if (lstat(path, &sb) != 0) return;
+    if (S_ISDIR(sb.st_mode)) {
+        DIR *d = opendir(path);
+        if (d) {
+            struct dirent *e;
+            char p[4096];
+            while ((e = readdir(d))) {
+                if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+                snprintf(p, sizeof p, "%s/%s", path, e->d_name);
+                rm_tree(p);
+            }
+            closedir(d);
+        }
+        rmdir(path);
+    } else {
+        unlink(path);
+    }
+}
+
+static void make_dir(void) {
+    strcpy(dir, "/tmp/test_cli.XXXXXX");
+    cr_assert_not_null(mkdtemp(dir), "mkdtemp: %s", strerror(errno));
+    // Trace flags from the caller's environment must not leak into the cases.
+    unsetenv("SPECDEC_SPEC_TRACE");
+    unsetenv("SPECDEC_KIMI_LINEAR_SPEC_TRACE");
+}
+
+static void remove_dir(void) {
+    if (dir[0]) rm_tree(dir);
+}
+
+// dir/name; a rotation of 32 buffers so one call can hold several (copy what must live longer).
+static const char *in_dir(const char *name) {
+    static char p[32][4096];
+    static int next;
+    char *s = p[next++ % 32];
+    snprintf(s, 4096, "%s/%s", dir, name);
+    return s;
+}
+
+static bool exists(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+static char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap + 1);
+    size_t got;
+    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += got;
+        if (n == cap) {
+            char *g = realloc(buf, (cap *= 2) + 1);
+            if (!g) { free(buf); buf = NULL; }
+            else buf = g;
+        }
+    }
+    fclose(f);
+    if (!buf) return NULL;
+    buf[n] = '\0';
+    if (len) *len = n;
+    return buf;
+}
+
+static void write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "cannot write %s", path);
+    fputs(text, f);
+    fclose(f);
+}
+
+static bool same_bytes(const char *a, const char *b) {
+    size_t na, nb;
+    char *x = read_file(a, &na), *y = read_file(b, &nb);
+    cr_assert_not_null(x, "cannot read %s", a);
+    cr_assert_not_null(y, "cannot read %s", b);
+    bool same = na == nb && memcmp(x, y, na) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
+static int count_tmp_files(void) {
+    DIR *d = opendir(dir);
+    cr_assert_not_null(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) n += strstr(e->d_name, ".tmp.") != NULL;
+    closedir(d);
+    return n;
+}
+
+static int count_lines(const char *s) {
+    int n = 0;
+    for (; *s; s++) n += *s == '\n';
+    return n;
+}
+
+// ---- running the binary ----
+
+// Run `specdec argv[0] argv[1] ...` (argv NULL-terminated, without the program name); stdout and
+// stderr are captured through files in the private folder into malloc'd strings (caller frees).
+// Returns the exit status, or 128 + signal when the child was killed.
+static int run_cli(const char *const argv[], char **out, char **err) {
+    static int seq;
+    char out_path[4096], err_path[4096];
+    snprintf(out_path, sizeof out_path, "%s/.stdout.%d", dir, seq);
+    snprintf(err_path, sizeof err_path, "%s/.stderr.%d", dir, seq++);
+
+    int argc = 0;
+    while (argv[argc]) argc++;
+    char **full = calloc((size_t)argc + 2, sizeof *full);
+    cr_assert_not_null(full);
+    full[0] = (char *)bin();
+    for (int i = 0; i < argc; i++) full[i + 1] = (char *)argv[i];
+
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    pid_t pid;
+    int rc = posix_spawn(&pid, full[0], &fa, NULL, full, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    free(full);
+    cr_assert_eq(rc, 0, "posix_spawn %s: %s", bin(), strerror(rc));
+
+    int status;
+    while (waitpid(pid, &status, 0) < 0) cr_assert_eq(errno, EINTR, "waitpid: %s", strerror(errno));
+    char *o = read_file(out_path, NULL), *e = read_file(err_path, NULL);
+    cr_assert_not_null(o);
+    cr_assert_not_null(e);
+    unlink(out_path);
+    unlink(err_path);
+    if (out) *out = o; else free(o);
+    if (err) *err = e; else free(e);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// Run and expect exit 0; returns stdout (caller frees), stderr optional.
+static char *run_ok(const char *const argv[], char **err) {
+    char *out, *e;
+    int rc = run_cli(argv, &out, &e);
+    cr_assert_eq(rc, 0, "`specdec %s ...` exited %d; stderr: %s", argv[0], rc, e);
+    if (err) *err = e; else free(e);
+    return out;
+}
+
+// Expect exit `code` with exactly one line on stderr (containing `needle` when not NULL) and
+// nothing on stdout. `what` names the case in the failure message.
+static void expect_fail(const char *what, const char *const argv[], int code, const char *needle) {
+    char *out, *err;
+    int rc = run_cli(argv, &out, &err);
+    cr_expect_eq(rc, code, "%s: exit %d, expected %d; stderr: %s", what, rc, code, err);
+    cr_expect_eq(count_lines(err), 1, "%s: expected one stderr line, got: <<%s>>", what, err);
+    cr_expect(err[0] && err[strlen(err) - 1] == '\n', "%s: stderr line not terminated: <<%s>>", what, err);
+    cr_expect_str_empty(out, "%s: expected nothing on stdout, got: <<%s>>", what, out);
+    if (needle) cr_expect(strstr(err, needle) != NULL, "%s: stderr does not mention '%s': <<%s>>", what, needle, err);
+    free(out);
+    free(err);
+}
+
+// ---- models ----
+
+// `specdec init` of tiny.json into dir/name (seed), optionally with the derived draft.
+static void init_model(const char *name, const char *seed, const char *draft, const char *layers, const char *tail) {
+    const char *m = in_dir(name);
+    if (draft) {
+        const char *d = in_dir(draft);
+        const char *argv[] = {"init", "--config", tiny_config(), "--out", m, "--seed", seed,
+                              "--draft-out", d, "--draft-layers", layers, "--tail-scale", tail, NULL};
+        free(run_ok(argv, NULL));
+    } else {
+        const char *argv[] = {"init", "--config", tiny_config(), "--out", m, "--seed", seed, NULL};
+        free(run_ok(argv, NULL));
+    }
+}
+
+static cJSON *parse_json_file(const char *path) {
+    char *txt = read_file(path, NULL);
+    cr_assert_not_null(txt, "cannot read %s", path);
+    cJSON *j = cJSON_Parse(txt);
+    free(txt);
+    cr_assert_not_null(j, "%s: not JSON", path);
+    return j;
+}
+
+// stdout of `run --json`: exactly one line holding one JSON object.
+static cJSON *parse_run_json(const char *out) {
+    cr_assert_eq(count_lines(out), 1, "expected one line on stdout, got: <<%s>>", out);
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithOpts(out, &end, 0);
+    cr_assert_not_null(j, "stdout is not JSON: <<%s>>", out);
+    cr_assert(cJSON_IsObject(j), "stdout is not a JSON object: <<%s>>", out);
+    while (end && (*end == '\n' || *end == ' ' || *end == '\r')) end++;
+    cr_assert(end && *end == '\0', "trailing text after the JSON object: <<%s>>", end ? end : "");
+    return j;
+}
+
+static double num(const cJSON *j, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    cr_assert(cJSON_IsNumber(v), "JSON field '%s' missing or not a number", key);
+    return v->valuedouble;
+}
+
+// tokens[] of a run's JSON; returns the count.
+static int json_tokens(const cJSON *j, int *out, int cap) {
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "tokens");
+    cr_assert(cJSON_IsArray(t), "JSON field 'tokens' missing or not an array");
+    int n = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, t) {
+        cr_assert(cJSON_IsNumber(e), "a token is not a number");
+        cr_assert_lt(n, cap);
+        out[n++] = e->valueint;
+    }
+    return n;
+}
+
+TestSuite(cli, .init = make_dir, .fini = remove_dir, .timeout = 300);
+
+// ---- usage ----
+
+Test(cli, help_on_every_command) {
+    static const char *const cases[][3] = {
+        {"--help", NULL}, {"-h", NULL},
+        {"run", "--help"}, {"init", "--help"}, {"forward", "--help"}, {"receipt", "--help"},
+        {"run", "-h"}, {"init", "-h"}, {"forward", "-h"}, {"receipt", "-h"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *out, *err;
+        int rc = run_cli(cases[i], &out, &err);
+        cr_expect_eq(rc, 0, "`specdec %s %s` exited %d; stderr: %s", cases[i][0], cases[i][1] ? cases[i][1] : "", rc, err);
+        cr_expect(strstr(out, "usage: specdec") != NULL, "`specdec %s %s`: no usage on stdout: <<%s>>",
+                  cases[i][0], cases[i][1] ? cases[i][1] : "", out);
+        cr_expect_str_empty(err, "`specdec %s %s`: stderr not empty: <<%s>>", cases[i][0], cases[i][1] ? cases[i][1] : "", err);
+        free(out);
+        free(err);
+    }
+}
+
+Test(cli, help_wins_over_other_options) {
+    const char *argv[] = {"forward", "--bogus", "--help", NULL};
+    char *out = run_ok(argv, NULL);
+    cr_expect(strstr(out, "usage: specdec forward") != NULL);
+    free(out);
+}
+
+Test(cli, version) {
+    const char *argv[] = {"--version", NULL};
+    char *out = run_ok(argv, NULL);
+    cr_expect(strncmp(out, "specdec ", 8) == 0, "got <<%s>>", out);
+    free(out);
+}
+
+Test(cli, usage_errors_exit_2_with_one_line) {
+    // Own copies: in_dir's buffers rotate.
+    char m[4096], o[4096], x[4096], y[4096];
+    const char *cfg = tiny_config();
+    snprintf(m, sizeof m, "%s", in_dir("m"));
+    snprintf(o, sizeof o, "%s", in_dir("o.st"));
+    snprintf(x, sizeof x, "%s", in_dir("x"));
+    snprintf(y, sizeof y, "%s", in_dir("y"));
+    init_model("m", "1", NULL, NULL, NULL);
+    struct { const char *what; const char *argv[16]; const char *needle; } cases[] = {
+        {"unknown command", {"bogus", NULL}, "bogus"},
+        {"unknown option (run)", {"run", "--model", m, "--prompt", "1", "--bogus", NULL}, "--bogus"},
+        {"unknown option (init)", {"init", "--config", cfg, "--out", x, "--bogus", NULL}, "--bogus"},
+        {"unknown option (forward)", {"forward", "--model", m, "--tokens", "1", "--out", o, "--bogus", NULL}, "--bogus"},
+        {"unknown option (receipt)", {"receipt", "compare", o, o, "--bogus", NULL}, "--bogus"},
+        {"stray argument (run)", {"run", "--model", m, "--prompt", "1", "extra", NULL}, "extra"},
+        {"option without value", {"run", "--model", m, "--prompt", "1", "--max-new", NULL}, "--max-new"},
+        {"init without --config", {"init", "--out", x, NULL}, "--config"},
+        {"init without --out", {"init", "--config", cfg, NULL}, "--out"},
+        {"forward without --out", {"forward", "--model", m, "--tokens", "1,2", NULL}, "--out"},
+        {"forward without --tokens", {"forward", "--model", m, "--out", o, NULL}, "--tokens"},
+        {"forward without --model", {"forward", "--tokens", "1", "--out", o, NULL}, "--model"},
+        {"receipt without verb", {"receipt", NULL}, NULL},
+        {"receipt unknown verb", {"receipt", "frobnicate", o, NULL}, NULL},
+        {"receipt compare one file", {"receipt", "compare", o, NULL}, NULL},
+        {"receipt parse no file", {"receipt", "parse", NULL}, NULL},
+        {"init --draft-out without --draft-layers", {"init", "--config", cfg, "--out", x, "--draft-out", y, NULL}, NULL},
+        {"run --draft without --model", {"run", "--draft", m, "--prompt", "1", NULL}, "--draft"},
+        {"run --prompt and --prompt-len", {"run", "--model", m, "--prompt", "1", "--prompt-len", "4", NULL}, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) expect_fail(cases[i].what, cases[i].argv, 2, cases[i].needle);
+    cr_expect(!exists(x), "a usage error created the --out folder");
+    cr_expect(!exists(o), "a usage error wrote the --out file");
+}
+
+Test(cli, bad_values_exit_2) {
+    // Own copies: in_dir's buffers rotate.
+    char m[4096], o[4096], x[4096], y[4096];
+    const char *cfg = tiny_config();
+    snprintf(m, sizeof m, "%s", in_dir("m"));
+    snprintf(o, sizeof o, "%s", in_dir("o.st"));
+    snprintf(x, sizeof x, "%s", in_dir("x"));
+    snprintf(y, sizeof y, "%s", in_dir("y"));
+    init_model("m", "1", NULL, NULL, NULL);
+    struct { const char *what; const char *argv[16]; const char *needle; } cases[] = {
+        {"--seed -1", {"init", "--config", cfg, "--out", x, "--seed", "-1", NULL}, "--seed"},
+        {"--seed junk", {"init", "--config", cfg, "--out", x, "--seed", "12ab", NULL}, "--seed"},
+        {"--dtype f64", {"init", "--config", cfg, "--out", x, "--dtype", "f64", NULL}, "--dtype"},
+        {"--draft-layers 0", {"init", "--config", cfg, "--out", x, "--draft-out", y, "--draft-layers", "0", NULL}, "--draft-layers"},
+        {"--tail-scale -1", {"init", "--config", cfg, "--out", x, "--draft-out", y, "--draft-layers", "2", "--tail-scale", "-1", NULL}, "--tail-scale"},
+        {"--k 0", {"run", "--model", m, "--draft", m, "--k", "0", "--prompt", "1", NULL}, "--k"},
+        {"--k 17", {"run", "--model", m, "--draft", m, "--k", "17", "--prompt", "1", NULL}, "--k"},
+        {"--temperature -1", {"run", "--model", m, "--prompt", "1", "--temperature", "-1", NULL}, "--temperature"},
+        {"--temperature nan", {"run", "--model", m, "--prompt", "1", "--temperature", "nan", NULL}, "--temperature"},
+        {"--max-new 0", {"run", "--model", m, "--prompt", "1", "--max-new", "0", NULL}, "--max-new"},
+        {"--trace 3", {"run", "--model", m, "--prompt", "1", "--trace", "3", NULL}, "--trace"},
+        {"--backend tpu", {"run", "--model", m, "--prompt", "1", "--backend", "tpu", NULL}, "--backend"},
+        {"--prompt 1,,2", {"run", "--model", m, "--prompt", "1,,2", NULL}, "--prompt"},
+        {"--tokens 1,,2", {"forward", "--model", m, "--tokens", "1,,2", "--out", o, NULL}, "--tokens"},
+        {"--tokens x", {"forward", "--model", m, "--tokens", "x", "--out", o, NULL}, "--tokens"},
+        {"--tokens 1,2,", {"forward", "--model", m, "--tokens", "1,2,", "--out", o, NULL}, "--tokens"},
+        {"--tokens -1", {"forward", "--model", m, "--tokens", "-1", "--out", o, NULL}, "--tokens"},
+        {"--mode sideways", {"forward", "--model", m, "--tokens", "1", "--out", o, "--mode", "sideways", NULL}, "--mode"},
+        {"--chunk 0", {"forward", "--model", m, "--tokens", "1", "--out", o, "--mode", "verify", "--chunk", "0", NULL}, "--chunk"},
+        {"--tol -1", {"receipt", "compare", o, o, "--tol", "-1", NULL}, "--tol"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) expect_fail(cases[i].what, cases[i].argv, 2, cases[i].needle);
+    cr_expect(!exists(x), "a bad value still created the --out folder");
+    cr_expect(!exists(o), "a bad value still wrote the --out file");
+}
+
+// ---- data errors ----
+
+Test(cli, missing_model_dir_exit_1_naming_it) {
+    const char *nodir = in_dir("no-such-model");
+    const char *run[] = {"run", "--model", nodir, "--prompt", "1", "--max-new", "2", NULL};
+    const char *fwd[] = {"forward", "--model", nodir, "--tokens", "1", "--out", in_dir("o.st"), NULL};
+    expect_fail("run, missing model dir", run, 1, nodir);
+    expect_fail("forward, missing model dir", fwd, 1, nodir);
+    cr_expect(!exists(in_dir("o.st")));
+}
+
+Test(cli, missing_config_file_exit_1_naming_it) {
+    const char *argv[] = {"init", "--config", in_dir("nope.json"), "--out", in_dir("x"), NULL};
+    expect_fail("init, missing config", argv, 1, "nope.json");
+    cr_expect(!exists(in_dir("x")));
+}
+
+Test(cli, corrupt_config_exit_1_naming_it) {
+    write_file(in_dir("bad.json"), "{\"vocab_size\": \n");
+    const char *argv[] = {"init", "--config", in_dir("bad.json"), "--out", in_dir("x"), NULL};
+    expect_fail("init, corrupt config", argv, 1, "bad.json");
+    cr_expect(!exists(in_dir("x")));
+
+    // A model folder whose config.json is corrupt.
+    init_model("m", "1", NULL, NULL, NULL);
+    write_file(in_dir("m/config.json"), "{oops");
+    const char *run[] = {"run", "--model", in_dir("m"), "--prompt", "1", "--max-new", "2", NULL};
+    const char *fwd[] = {"forward", "--model", in_dir("m"), "--tokens", "1", "--out", in_dir("o.st"), NULL};
+    expect_fail("run, corrupt model config", run, 1, "config.json");
+    expect_fail("forward, corrupt model config", fwd, 1, "config.json");
+    cr_expect(!exists(in_dir("o.st")));
+}
+
+Test(cli, truncated_weights_exit_1_naming_them) {
+    init_model("m", "1", NULL, NULL, NULL);
+    size_t n;
+    char *w = read_file(in_dir("m/model.safetensors"), &n);
+    cr_assert_not_null(w);
+    FILE *f = fopen(in_dir("m/model.safetensors"), "wb");
+    cr_assert_not_null(f);
+    fwrite(w, 1, n / 2, f);
+    fclose(f);
+    free(w);
+    const char *run[] = {"run", "--model", in_dir("m"), "--prompt", "1", "--max-new", "2", NULL};
+    expect_fail("run, truncated weights", run, 1, "model.safetensors");
+}
+
+Test(cli, backend_cuda_not_available) {
+    init_model("m", "1", NULL, NULL, NULL);
+    const char *run[] = {"run", "--model", in_dir("m"), "--prompt", "1", "--max-new", "2", "--backend", "cuda", NULL};
+    const char *fwd[] = {"forward", "--model", in_dir("m"), "--tokens", "1", "--out", in_dir("o.st"), "--backend", "cuda", NULL};
+    expect_fail("run --backend cuda", run, 1, "not available");
+    expect_fail("forward --backend cuda", fwd, 1, "not available");
+    cr_expect(!exists(in_dir("o.st")));
+}
+
+// ---- init ----
+
+Test(cli, init_same_seed_same_bytes_other_seed_other_bytes) {
+    init_model("a", "7", NULL, NULL, NULL);
+    init_model("b", "7", NULL, NULL, NULL);
+    init_model("c", "8", NULL, NULL, NULL);
+    cr_expect(same_bytes(in_dir("a/model.safetensors"), in_dir("b/model.safetensors")), "same seed, different weights");
+    cr_expect(same_bytes(in_dir("a/config.json"), in_dir("b/config.json")), "same seed, different config.json");
+    cr_expect(!same_bytes(in_dir("a/model.safetensors"), in_dir("c/model.safetensors")), "seeds 7 and 8 wrote the same weights");
+    cr_expect_eq(count_tmp_files(), 0);
+}
+
+Test(cli, init_default_seed_is_0_and_f32_differs_from_bf16) {
+    const char *def[] = {"init", "--config", tiny_config(), "--out", in_dir("def"), NULL};
+    const char *f32[] = {"init", "--config", tiny_config(), "--out", in_dir("f32"), "--dtype", "f32", NULL};
+    free(run_ok(def, NULL));
+    init_model("zero", "0", NULL, NULL, NULL);
+    free(run_ok(f32, NULL));
+    cr_expect(same_bytes(in_dir("def/model.safetensors"), in_dir("zero/model.safetensors")));
+    cr_expect(!same_bytes(in_dir("def/model.safetensors"), in_dir("f32/model.safetensors")));
+}
+
+Test(cli, init_with_draft_writes_both_dirs) {
+    init_model("t", "3", "d", "2", "0.5");
+    const char *files[] = {"t/config.json", "t/model.safetensors", "d/config.json", "d/model.safetensors"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) cr_expect(exists(in_dir(files[i])), "%s missing", files[i]);
+    cJSON *tc = parse_json_file(in_dir("t/config.json")), *dc = parse_json_file(in_dir("d/config.json"));
+    cr_expect_eq((int)num(tc, "num_hidden_layers"), TINY_LAYERS);
+    cr_expect_eq((int)num(dc, "num_hidden_layers"), 2);
+    cr_expect_eq((int)num(dc, "vocab_size"), (int)num(tc, "vocab_size"), "draft and target vocabularies differ");
+    cJSON_Delete(tc);
+    cJSON_Delete(dc);
+    cr_expect_eq(count_tmp_files(), 0);
+}
+
+// ---- forward ----
+
+// The safetensors header of a forward output: logits F32 [T, V] and tokens I32 [T].
+static void check_forward_file(const char *path, int T) {
+    size_t n;
+    char *b = read_file(path, &n);
+    cr_assert_not_null(b, "%s missing", path);
+    cr_assert_gt(n, 8);
+    uint64_t hl = 0;
+    for (int i = 7; i >= 0; i--) hl = hl << 8 | (unsigned char)b[i];
+    cr_assert_leq(8 + hl, n);
+    cJSON *h = cJSON_ParseWithLength(b + 8, (size_t)hl);
+    cr_assert_not_null(h, "%s: header is not JSON", path);
+    const cJSON *lg = cJSON_GetObjectItemCaseSensitive(h, "logits"), *tk = cJSON_GetObjectItemCaseSensitive(h, "tokens");
+    cr_assert_not_null(lg, "no 'logits' tensor");
+    cr_assert_not_null(tk, "no 'tokens' tensor");
+    cr_expect_str_eq(cJSON_GetObjectItemCaseSensitive(lg, "dtype")->valuestring, "F32");
+    cr_expect_str_eq(cJSON_GetObjectItemCaseSensitive(tk, "dtype")->valuestring, "I32");
+    const cJSON *ls = cJSON_GetObjectItemCaseSensitive(lg, "shape"), *ts = cJSON_GetObjectItemCaseSensitive(tk, "shape");
+    cr_expect_eq(cJSON_GetArraySize(ls), 2);
+    cr_expect_eq(cJSON_GetArrayItem(ls, 0)->valueint, T);
+    cr_expect_eq(cJSON_GetArrayItem(ls, 1)->valueint, TINY_VOCAB);
+    cr_expect_eq(cJSON_GetArraySize(ts), 1);
+    cr_expect_eq(cJSON_GetArrayItem(ts, 0)->valueint, T);
+    cJSON_Delete(h);
+    free(b);
+}
+
+Test(cli, forward_decode_and_verify_are_byte_identical) {
+    init_model("m", "1", NULL, NULL, NULL);
+    const char *toks = "5,17,63,0,42,8,8,31";
+    const char *dec[] = {"forward", "--model", in_dir("m"), "--tokens", toks, "--out", in_dir("dec.st"), NULL};
+    const char *dec2[] = {"forward", "--model", in_dir("m"), "--tokens", toks, "--mode", "decode", "--out", in_dir("dec2.st"), NULL};
+    const char *ver[] = {"forward", "--model", in_dir("m"), "--tokens", toks, "--mode", "verify", "--chunk", "3", "--out", in_dir("ver.st"), NULL};
+    const char *ver8[] = {"forward", "--model", in_dir("m"), "--tokens", toks, "--mode", "verify", "--chunk", "8", "--out", in_dir("ver8.st"), NULL};
+    free(run_ok(dec, NULL));
+    free(run_ok(dec2, NULL));
+    free(run_ok(ver, NULL));
+    free(run_ok(ver8, NULL));
+    check_forward_file(in_dir("dec.st"), 8);
+    cr_expect(same_bytes(in_dir("dec.st"), in_dir("dec2.st")), "default mode differs from --mode decode");
+    cr_expect(same_bytes(in_dir("dec.st"), in_dir("ver.st")), "verify --chunk 3 differs from decode (verify ≡ decode)");
+    cr_expect(same_bytes(in_dir("dec.st"), in_dir("ver8.st")), "verify --chunk 8 differs from decode (verify ≡ decode)");
+    cr_expect_eq(count_tmp_files(), 0);
+}
+
+Test(cli, forward_token_outside_vocab_leaves_no_file) {
+    init_model("m", "1", NULL, NULL, NULL);
+    const char *dec[] = {"forward", "--model", in_dir("m"), "--tokens", "1,2,64", "--out", in_dir("o.st"), NULL};
+    const char *ver[] = {"forward", "--model", in_dir("m"), "--tokens", "1,2,64", "--mode", "verify", "--chunk", "3", "--out", in_dir("o.st"), NULL};
+    expect_fail("forward decode, token 64 of 64", dec, 1, "64");
+    cr_expect(!exists(in_dir("o.st")), "an output file was left after the failure");
+    cr_expect_eq(count_tmp_files(), 0, "a *.tmp.* file was left after the failure");
+    expect_fail("forward verify, token 64 of 64", ver, 1, "64");
+    cr_expect(!exists(in_dir("o.st")), "an output file was left after the failure");
+    cr_expect_eq(count_tmp_files(), 0, "a *.tmp.* file was left after the failure");
+}
+
+// ---- run ----
+
+Test(cli, run_plain_json) {
+    init_model("m", "1", NULL, NULL, NULL);
+    const char *argv[] = {"run", "--model", in_dir("m"), "--prompt", "1,2,3", "--max-new", "8", "--json", NULL};
+    char *out = run_ok(argv, NULL);
+    cJSON *j = parse_run_json(out);
+    int tok[64];
+    int n = json_tokens(j, tok, 64);
+    cr_expect_eq(n, 8);
+    for (int i = 0; i < n; i++) cr_expect(tok[i] >= 0 && tok[i] < TINY_VOCAB, "token %d = %d outside 0..%d", i, tok[i], TINY_VOCAB - 1);
+    cr_expect_gt(num(j, "tokens_per_s"), 0.0);
+    cJSON_Delete(j);
+    free(out);
+}
+
+Test(cli, run_is_deterministic_and_human_output_lists_tokens) {
+    init_model("m", "1", NULL, NULL, NULL);
+    const char *js[] = {"run", "--model", in_dir("m"), "--prompt-len", "5", "--seed", "9", "--max-new", "6", "--temperature", "0.8", "--json", NULL};
+    char *a = run_ok(js, NULL), *b = run_ok(js, NULL);
+    cJSON *ja = parse_run_json(a), *jb = parse_run_json(b);
+    int ta[16], tb[16];
+    int na = json_tokens(ja, ta, 16), nb = json_tokens(jb, tb, 16);
+    cr_expect_eq(na, 6);
+    cr_expect_eq(nb, 6);
+    cr_expect_arr_eq(ta, tb, sizeof(int) * 6, "same seed, different sampled tokens");
+    cJSON_Delete(ja);
+    cJSON_Delete(jb);
+    free(a);
+    free(b);
+
+    const char *human[] = {"run", "--model", in_dir("m"), "--prompt", "1,2,3", "--max-new", "4", NULL};
+    char *out = run_ok(human, NULL);
+    cr_expect(strstr(out, "tokens") != NULL, "human output: <<%s>>", out);
+    free(out);
+}
+
+Test(cli, run_prompt_outside_vocab_exit_1) {
+    init_model("m", "1", NULL, NULL, NULL);
+    const char *argv[] = {"run", "--model", in_dir("m"), "--prompt", "1,64", "--max-new", "2", NULL};
+    expect_fail("run, prompt token 64 of 64", argv, 1, "64");
+}
+
+// Plain and speculative runs of the same prompt with the derived draft (tail-scale 0).
+static void spec_pair(cJSON **plain, cJSON **spec) {
+    init_model("t", "1", "d", "2", "0");
+    const char *p[] = {"run", "--model", in_dir("t"), "--prompt", "1,2,3", "--max-new", "8", "--json", NULL};
+    const char *s[] = {"run", "--model", in_dir("t"), "--draft", in_dir("d"), "--k", "3", "--prompt", "1,2,3",
+                       "--max-new", "8", "--json", NULL};
+    char *po = run_ok(p, NULL), *so = run_ok(s, NULL);
+    *plain = parse_run_json(po);
+    *spec = parse_run_json(so);
+    free(po);
+    free(so);
+}
+
+Test(cli, run_spec_json_has_metrics_and_greedy_tokens) {
+    cJSON *plain, *spec;
+    spec_pair(&plain, &spec);
+    int tp[16], ts[16];
+    int np = json_tokens(plain, tp, 16), ns = json_tokens(spec, ts, 16);
+    cr_expect_eq(np, 8);
+    cr_expect_eq(ns, 8);
+    cr_expect_arr_eq(tp, ts, sizeof(int) * 8, "speculative greedy tokens differ from plain greedy (spec ≡ greedy)");
+    const double rounds = num(spec, "rounds"), drafted = num(spec, "drafted"), accepted = num(spec, "accepted");
+    const double rate = num(spec, "acceptance_rate"), mal = num(spec, "mean_accepted_length");
+    cr_expect_gt(num(spec, "tokens_per_s"), 0.0);
+    cr_expect_geq(rounds, 1.0);
+    cr_expect_eq(drafted, 3.0 * rounds, "drafted %g != k * rounds %g", drafted, 3.0 * rounds);
+    cr_expect_leq(accepted, drafted);
+    cr_expect_leq(rate, 1.0);
+    cr_expect_geq(rate, 0.0);
+    cr_expect(drafted > 0 && rate == accepted / drafted, "acceptance_rate %g != accepted/drafted %g", rate, accepted / drafted);
+    cr_expect(mal >= 1.0 && mal <= 4.0, "mean_accepted_length %g outside 1..k+1", mal);
+    const cJSON *pp = cJSON_GetObjectItemCaseSensitive(spec, "per_position");
+    cr_assert(cJSON_IsArray(pp), "per_position missing");
+    cr_expect_eq(cJSON_GetArraySize(pp), 3);
+    cr_expect(cJSON_GetObjectItemCaseSensitive(plain, "rounds") == NULL, "plain run reports rounds");
+    cJSON_Delete(plain);
+    cJSON_Delete(spec);
+}
+
+// With tail-scale 0 the target's layers past the draft's write nothing to the residual stream,
+// so the draft is the target and every drafted token is accepted (the brief's requirement).
+Test(cli, run_spec_tail_scale_0_accepts_every_draft) {
+    cJSON *plain, *spec;
+    spec_pair(&plain, &spec);
+    const double rate = num(spec, "acceptance_rate");
+    cr_expect_eq(rate, 1.0, "tail-scale 0: acceptance_rate %g, expected 1 (accepted %g of %g drafted)", rate,
+                 num(spec, "accepted"), num(spec, "drafted"));
+    const cJSON *pp = cJSON_GetObjectItemCaseSensitive(spec, "per_position"), *e;
+    int i = 0;
+    cJSON_ArrayForEach(e, pp) cr_expect_eq(e->valuedouble, 1.0, "per_position[%d] = %g, expected 1", i++, e->valuedouble);
+    cJSON_Delete(plain);
+    cJSON_Delete(spec);
+}
+
+Test(cli, trace_lines_and_tag) {
+    init_model("t", "1", "d", "2", "0");
+    const char *t1[] = {"run", "--model", in_dir("t"), "--draft", in_dir("d"), "--k", "3", "--prompt", "1,2,3", "--max-new", "8",
+                        "--trace", "1", NULL};
+    const char *t2[] = {"run", "--model", in_dir("t"), "--draft", in_dir("d"), "--k", "3", "--prompt", "1,2,3", "--max-new", "8",
+                        "--trace", "2", NULL};
+    const char *tag[] = {"run", "--model", in_dir("t"), "--draft", in_dir("d"), "--k", "3", "--prompt", "1,2,3", "--max-new", "8",
+                         "--trace", "1", "--trace-tag", "foo", NULL};
+    char *err;
+    free(run_ok(t1, &err));
+    cr_expect(strstr(err, "[spec-phase] rounds=") != NULL, "--trace 1: no [spec-phase] line: <<%s>>", err);
+    cr_expect(strstr(err, "k=3") != NULL, "--trace 1: k not in the line: <<%s>>", err);
+    cr_expect(strstr(err, "[spec-phase-v]") == NULL, "--trace 1 printed the level-2 line: <<%s>>", err);
+    free(err);
+    free(run_ok(t2, &err));
+    cr_expect(strstr(err, "[spec-phase] rounds=") != NULL, "--trace 2: no [spec-phase] line: <<%s>>", err);
+    cr_expect(strstr(err, "[spec-phase-v] rounds=") != NULL, "--trace 2: no [spec-phase-v] line: <<%s>>", err);
+    free(err);
+    free(run_ok(tag, &err));
+    cr_expect(strstr(err, "[foo-phase] rounds=") != NULL, "--trace-tag foo: no [foo-phase] line: <<%s>>", err);
+    cr_expect(strstr(err, "[spec-phase]") == NULL, "--trace-tag foo still printed [spec-phase]: <<%s>>", err);
+    free(err);
+}
+
+// ---- receipts ----
+
+// A speculative run with --trace 2 and --receipt dir/name; returns its stderr (the trace log).
+static char *run_with_receipt(const char *name) {
+    init_model("t", "1", "d", "2", "0.5");
+    const char *argv[] = {"run", "--model", in_dir("t"), "--draft", in_dir("d"), "--k", "3", "--prompt", "1,2,3", "--max-new", "12",
+                          "--trace", "2", "--receipt", in_dir(name), NULL};
+    char *err;
+    free(run_ok(argv, &err));
+    return err;
+}
+
+Test(cli, receipt_written_env_then_burst) {
+    free(run_with_receipt("r.jsonl"));
+    cr_expect_eq(count_tmp_files(), 0);
+    char *txt = read_file(in_dir("r.jsonl"), NULL);
+    cr_assert_not_null(txt, "no receipt written");
+    cr_expect_geq(count_lines(txt), 2, "receipt: <<%s>>", txt);
+    char *nl = strchr(txt, '\n');
+    cr_assert_not_null(nl);
+    *nl = '\0';
+    cJSON *env = cJSON_Parse(txt);
+    cr_assert_not_null(env, "first receipt line is not JSON: <<%s>>", txt);
+    const cJSON *kind = cJSON_GetObjectItemCaseSensitive(env, "kind");
+    cr_expect(cJSON_IsString(kind) && !strcmp(kind->valuestring, "env"), "first line is not kind env: <<%s>>", txt);
+    cr_expect_eq((int)num(env, "k"), 3);
+    cJSON_Delete(env);
+    char *second = nl + 1, *nl2 = strchr(second, '\n');
+    if (nl2) *nl2 = '\0';
+    cJSON *burst = cJSON_Parse(second);
+    cr_assert_not_null(burst, "second receipt line is not JSON: <<%s>>", second);
+    kind = cJSON_GetObjectItemCaseSensitive(burst, "kind");
+    cr_expect(cJSON_IsString(kind) && !strcmp(kind->valuestring, "burst"), "second line is not kind burst: <<%s>>", second);
+    cJSON_Delete(burst);
+    free(txt);
+}
+
+Test(cli, receipt_parse_of_a_trace_log) {
+    char *log = run_with_receipt("r.jsonl");
+    write_file(in_dir("run.log"), log);
+    free(log);
+    const char *argv[] = {"receipt", "parse", in_dir("run.log"), NULL};
+    char *out = run_ok(argv, NULL);
+    cr_expect_eq(count_lines(out), 1, "expected one burst line: <<%s>>", out);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert_not_null(j, "not JSON: <<%s>>", out);
+    const cJSON *kind = cJSON_GetObjectItemCaseSensitive(j, "kind");
+    cr_expect(cJSON_IsString(kind) && !strcmp(kind->valuestring, "burst"), "not a burst line: <<%s>>", out);
+    cr_expect_eq((int)num(j, "k"), 3);
+    cr_expect_gt(num(j, "draft_ms"), 0.0);
+    cJSON_Delete(j);
+    free(out);
+
+    const char *missing[] = {"receipt", "parse", in_dir("no.log"), NULL};
+    expect_fail("receipt parse, missing log", missing, 1, "no.log");
+}
+
+// Copy a receipt with every burst's draft_ms multiplied by `factor`.
+static void doctor_receipt(const char *from, const char *to, double factor) {
+    char *txt = read_file(from, NULL);
+    cr_assert_not_null(txt);
+    FILE *f = fopen(to, "w");
+    cr_assert_not_null(f);
+    int doctored = 0;
+    for (char *line = strtok(txt, "\n"); line; line = strtok(NULL, "\n")) {
+        cJSON *j = cJSON_Parse(line);
+        cr_assert_not_null(j, "receipt line is not JSON: <<%s>>", line);
+        cJSON *d = cJSON_GetObjectItemCaseSensitive(j, "draft_ms");
+        if (cJSON_IsNumber(d)) { cJSON_SetNumberValue(d, d->valuedouble * factor); doctored++; }
+        char *s = cJSON_PrintUnformatted(j);
+        fprintf(f, "%s\n", s);
+        free(s);
+        cJSON_Delete(j);
+    }
+    fclose(f);
+    free(txt);
+    cr_assert_gt(doctored, 0, "no draft_ms in %s", from);
+}
+
+Test(cli, receipt_compare_self_passes_doctored_fails) {
+    free(run_with_receipt("r.jsonl"));
+    const char *r = in_dir("r.jsonl"), *bad = in_dir("bad.jsonl");
+    const char *same[] = {"receipt", "compare", r, r, NULL};
+    char *out = run_ok(same, NULL);
+    cr_expect(strstr(out, "draft") != NULL, "compare prints no draft row: <<%s>>", out);
+    free(out);
+
+    doctor_receipt(r, bad, 20.0);
+    const char *cmp[] = {"receipt", "compare", r, bad, "--tol", "0.5", NULL};
+    char *err;
+    int rc = run_cli(cmp, &out, &err);
+    cr_expect_eq(rc, 1, "doctored receipt: exit %d, expected 1; stderr: %s", rc, err);
+    cr_expect(strstr(out, "draft") != NULL, "compare prints no draft row: <<%s>>", out);
+    cr_expect_eq(count_lines(err), 1, "expected one stderr line: <<%s>>", err);
+    free(out);
+    free(err);
+
+    const char *missing[] = {"receipt", "compare", r, in_dir("none.jsonl"), NULL};
+    expect_fail("receipt compare, missing B", missing, 1, "none.jsonl");
+}

@@ -59,7 +59,7 @@ int cmd_init(int argc, char **argv) {
     sd_config cfg, dcfg;
     if (sd_config_load(config, &cfg, &st)) return sd_cli_fail(cmd, &st);
     if (draft_out && sd_draft_config(&cfg, (int)n_draft, &dcfg, &st)) return sd_cli_fail(cmd, &st);
-    if (draft_out) { o.tail_from = (int)n_draft; o.tail_scale = (float)tail; }
+    if (draft_out) { o.tail_from = (int)n_draft; o.tail_scale = (float)tail; o.depth = cfg.num_hidden_layers; }
 
     sd_model m;
     if (sd_synth_model(&m, &cfg, &o, &st)) return sd_cli_fail(cmd, &st);

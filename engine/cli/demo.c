@@ -8,7 +8,8 @@ sd_code sd_demo_models(sd_model *target, sd_model *draft, sd_status *st) {
     sd_code rc = sd_config_parse(SD_TOY_CONFIG_JSON, "embedded configs/toy.json", &cfg, st);
     if (!rc) rc = sd_draft_config(&cfg, DEMO_DRAFT_LAYERS, &dcfg, st);
     if (rc) return rc;
-    sd_synth_opts o = {.seed = 0, .dtype = SD_DT_BF16, .tail_from = DEMO_DRAFT_LAYERS, .tail_scale = DEMO_TAIL_SCALE};
+    sd_synth_opts o = {.seed = 0, .dtype = SD_DT_BF16, .tail_from = DEMO_DRAFT_LAYERS, .tail_scale = DEMO_TAIL_SCALE,
+                       .depth = cfg.num_hidden_layers};
     rc = sd_synth_model(target, &cfg, &o, st);
     if (!rc && draft) {
         rc = sd_synth_model(draft, &dcfg, &o, st);
