@@ -84,7 +84,8 @@ sd_code sd_forward(const sd_model *m, sd_state *s, const int *tokens, int T, flo
         return sd_fail(st, SD_ERR_FULL, "context full: %d positions + %d new > capacity %d", s->len + s->pending, T, s->capacity);
     for (int t = 0; t < T; t++)
         if (tokens[t] < 0 || tokens[t] >= V)
-            return sd_fail(st, SD_ERR_DATA, "forward: token %d at index %d is outside the vocabulary 0..%d", tokens[t], t, V - 1);
+            return sd_fail(st, SD_ERR_DATA, "forward: token %d at position %d is outside the vocabulary 0..%d", tokens[t],
+                           sd_state_next_pos(s) + t, V - 1);
 
     if (m->backend) return m->backend->forward(m, s, tokens, T, logits, last_only, opts, st);
 

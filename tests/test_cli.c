@@ -357,7 +357,6 @@ Test(cli, bad_values_exit_2) {
         {"--prompt 1,,2", {"run", "--model", m, "--prompt", "1,,2", NULL}, "--prompt"},
         {"--tokens 1,,2", {"forward", "--model", m, "--tokens", "1,,2", "--out", o, NULL}, "--tokens"},
         {"--tokens x", {"forward", "--model", m, "--tokens", "x", "--out", o, NULL}, "--tokens"},
-        {"--tokens 1,2,", {"forward", "--model", m, "--tokens", "1,2,", "--out", o, NULL}, "--tokens"},
         {"--tokens -1", {"forward", "--model", m, "--tokens", "-1", "--out", o, NULL}, "--tokens"},
         {"--mode sideways", {"forward", "--model", m, "--tokens", "1", "--out", o, "--mode", "sideways", NULL}, "--mode"},
         {"--chunk 0", {"forward", "--model", m, "--tokens", "1", "--out", o, "--mode", "verify", "--chunk", "0", NULL}, "--chunk"},
@@ -366,6 +365,21 @@ Test(cli, bad_values_exit_2) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) expect_fail(cases[i].what, cases[i].argv, 2, cases[i].needle);
     cr_expect(!exists(x), "a bad value still created the --out folder");
     cr_expect(!exists(o), "a bad value still wrote the --out file");
+}
+
+// A trailing comma is junk like an empty field: sd_parse_int_list means to reject it (its
+// "trailing comma" branch) but breaks out of the loop with nothing left to parse, so "1,2," is
+// read as [1, 2]. Expectation: exit 2 and no output, as for "1,,2".
+Test(cli, token_list_with_trailing_comma_exit_2) {
+    char m[4096], o[4096];
+    snprintf(m, sizeof m, "%s", in_dir("m"));
+    snprintf(o, sizeof o, "%s", in_dir("o.st"));
+    init_model("m", "1", NULL, NULL, NULL);
+    const char *fwd[] = {"forward", "--model", m, "--tokens", "1,2,", "--out", o, NULL};
+    const char *run[] = {"run", "--model", m, "--prompt", "1,2,", "--max-new", "2", NULL};
+    expect_fail("forward --tokens 1,2,", fwd, 2, "--tokens");
+    expect_fail("run --prompt 1,2,", run, 2, "--prompt");
+    cr_expect(!exists(o), "--tokens 1,2, still wrote the --out file");
 }
 
 // ---- data errors ----

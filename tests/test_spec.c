@@ -140,7 +140,7 @@ static double chi2_critical(int df, double z) {
 static void check_distribution(int n_layers, float tail, int k) {
     pair p;
     derived_pair(n_layers, tail, &p);
-    const int V = p.target.cfg.vocab_size, N = 6000;
+    const int V = p.target.cfg.vocab_size, N = 3000;
     const float temp = 1.5f;
     int prompt[N_PROMPT];
     random_tokens(10, V, N_PROMPT, prompt);

@@ -108,7 +108,7 @@ bool sd_parse_int_list(const char *opt, const char *s, int **out, int *n, sd_sta
         }
         v[cnt++] = (int)x;
         p = *end ? end + 1 : end;
-        if (*end && !*p) break; // trailing comma
+        if (*end && !*p) { p = end; break; } // a trailing comma is junk
     }
     if (!v || *p || cnt == 0) {
         free(v);

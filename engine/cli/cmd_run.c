@@ -31,6 +31,7 @@ static const char *HELP =
     "  --trace 1|2         phase trace level (overrides SPECDEC_SPEC_TRACE; see docs/FLAGS.md)\n"
     "  --trace-tag TAG     trace line tag (default spec): [TAG-phase] and [TAG-phase-v]\n"
     "  --receipt FILE      write a JSONL receipt: environment, then one line per burst\n"
+    "                      (implies trace level 1 unless a level is set)\n"
     "tokens_per_s = generated tokens / seconds of the generation call (prefill included).\n";
 
 typedef struct {
@@ -88,7 +89,6 @@ static int parse(int argc, char **argv, run_opts *o) {
         o->n_prompt = (int)n_prompt;
         o->prompt = malloc(sizeof(int) * (size_t)n_prompt);
     }
-    if (o->demo && o->trace < 0) o->trace = 1; // the demo prints its one-line phase summary
     if (!o->tag) o->tag = "spec";
     return 0;
 }
@@ -130,16 +130,32 @@ static void print_human(const run_opts *o, const int *tokens, int n, double secs
     printf("\n");
 }
 
+// The CPU's model name, for receipts ("cpu" when /proc/cpuinfo does not say).
+static void cpu_name(char *buf, size_t len) {
+    snprintf(buf, len, "cpu");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[512];
+    while (f && fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (strncmp(line, "model name", 10) || !colon) continue;
+        snprintf(buf, len, "%s", colon + 2);
+        buf[strcspn(buf, "\n")] = 0;
+        break;
+    }
+    if (f) fclose(f);
+}
+
 static sd_code open_receipt(receipt_writer *w, const run_opts *o, const sd_model *t, const sd_model *d,
                             int level, sd_status *st) {
-    char flags[128];
+    char flags[128], device[256];
+    cpu_name(device, sizeof device);
     snprintf(flags, sizeof flags, "SPECDEC_SPEC_TRACE=%s", getenv("SPECDEC_SPEC_TRACE") ? getenv("SPECDEC_SPEC_TRACE") : "");
     receipt_env env = {
         .version = SPECDEC_VERSION, .commit = SPECDEC_GIT_COMMIT,
-        .config_sha256 = t->config_sha256[0] ? t->config_sha256 : "embedded:toy",
+        .config_sha256 = t->config_sha256,
         .weights_sha256 = t->weights_sha256[0] ? t->weights_sha256 : "synthesised:seed=0",
         .draft_sha256 = d ? (d->weights_sha256[0] ? d->weights_sha256 : "synthesised:seed=0") : NULL,
-        .backend = "cpu", .device = "cpu", .driver = NULL, .tag = o->tag, .flags = flags,
+        .backend = "cpu", .device = device, .driver = NULL, .tag = o->tag, .flags = flags,
         .k = d ? (int)o->k : 0, .seed = o->seed, .temperature = o->temperature, .trace_level = level,
     };
     return receipt_open(w, o->receipt, &env, st);
@@ -173,7 +189,9 @@ int cmd_run(int argc, char **argv) {
     sd_accept_stats stats = {0};
     receipt_writer rw = {0};
     int *out = malloc(sizeof(int) * (size_t)o.max_new);
-    const int level = trace_level("KIMI_LINEAR", (int)o.trace);
+    int level = trace_level("KIMI_LINEAR", (int)o.trace);
+    // The demo prints its one-line phase summary; a receipt records the phase clocks.
+    if ((o.demo || o.receipt) && o.trace < 0 && level == 0) level = 1;
     const int cap = o.n_prompt + (int)o.max_new + (int)o.k + 1, chunk = 32;
 
     sd_code c = out ? setup(&o, &target, &draft, spec, &st) : sd_fail(&st, SD_ERR_SYS, "out of memory");

@@ -96,7 +96,7 @@ void sd_kda_forward(const sd_kda_weights *w, const sd_config *c, sd_state *s, in
     // The recurrence: sequential over tokens, independent over heads.
     uint64_t t_scan = trace_bucket_start(tb);
     const size_t head_elems = (size_t)d * d;
-#pragma omp parallel for schedule(static) if (H > 1 && (size_t)T * head_elems >= 16384)
+#pragma omp parallel for schedule(static) if (H > 1 && (long)(T * head_elems * H) >= SD_PARALLEL_MIN_WORK)
     for (int h = 0; h < H; h++)
         for (int t = 0; t < T; t++) {
             const size_t o = (size_t)t * P + (size_t)h * d;

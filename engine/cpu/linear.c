@@ -47,7 +47,7 @@ void sd_mat_row_f32(const sd_mat *m, int row, float *out) {
 void sd_linear(const sd_mat *w, const float *x, int T, float *y) {
     const int rows = w->rows, cols = w->cols;
     // Small products are not worth waking the thread team; the result is the same either way.
-    const int parallel = (long)rows * cols * T >= (1L << 20);
+    const int parallel = (long)rows * cols * T >= SD_PARALLEL_MIN_WORK;
 #pragma omp parallel for schedule(static) if (parallel)
     for (int o = 0; o < rows; o++)
         for (int t = 0; t < T; t++) y[(size_t)t * rows + o] = sd_mat_dot_row(w, o, x + (size_t)t * cols);

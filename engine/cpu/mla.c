@@ -72,7 +72,7 @@ void sd_mla_forward(const sd_mla_weights *w, const sd_config *c, sd_state *s, in
             for (int h = 0; h < Hm; h++) rope(x->mq + (size_t)t * Hm * qw + (size_t)h * qw + dn, dr, pos, c->rope_theta);
         }
     }
-#pragma omp parallel for schedule(static) if (Hm > 1)
+#pragma omp parallel for schedule(static) if (Hm > 1 && (long)T * Hm * (pos0 + T) * R >= SD_PARALLEL_MIN_WORK)
     for (int h = 0; h < Hm; h++)
         for (int t = 0; t < T; t++)
             attend(w, c, m, h, x->mq + (size_t)t * Hm * qw + (size_t)h * qw, pos0 + t,

@@ -48,3 +48,8 @@ static inline float sd_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 static inline float sd_silu(float x) { return x * sd_sigmoid(x); }
 // log(1 + e^x); for x > 20 it equals x in fp32.
 static inline float sd_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+// Work (multiply-adds) below which an op stays on the calling thread: waking the team and the
+// closing barrier cost more than they save, and on a loaded 2-core machine far more. Results
+// never depend on this (threads only split independent outputs).
+#define SD_PARALLEL_MIN_WORK (1L << 20)
