@@ -1,0 +1,52 @@
+// cuda_backend.h — the CUDA backend of engine/backend.h: one device, one stream per uploaded
+// model. A device model is an sd_model whose weights are the host model's arena copied into ONE
+// device allocation, every tensor pointer rebased (device = base + (host - host_base)); its
+// states are sd_state_init_on(..., model.backend->mem, ...): the same layout in device memory.
+// sd_forward on a device model runs walk.c; logits come back to host memory.
+#pragma once
+#include <cuda_runtime_api.h> // cudaStream_t
+#include <stddef.h>
+#include "backend.h" // sd_backend, sd_model, sd_state
+#include "moe.h"     // sd_cuda_expert
+
+// How MoE experts run. Both arms produce the same bits (tests/test_cuda_ops.c checks it).
+typedef enum {
+    SD_CUDA_MOE_DEVICE_TABLE = 0, // kernels read the router's sel from device memory: no host sync
+    SD_CUDA_MOE_EAGER = 1,        // the host reads sel back and launches each selected expert
+} sd_cuda_moe_arm;
+
+typedef struct sd_cuda_backend {
+    sd_backend base;          // first member: a device model's backend pointer is this struct
+    sd_allocator mem;         // state arenas: cudaMalloc / cudaFree / memset on `stream`
+    int device;               // CUDA ordinal
+    char device_name[256];    // for receipts
+    cudaStream_t stream;      // every kernel of this model
+    sd_cuda_moe_arm moe_arm;  // settable at any time between forwards (default: device table)
+    // Owned device memory.
+    void *arena;              // the weights (arena_bytes, the host arena's layout)
+    size_t arena_bytes;
+    sd_cuda_expert *experts;  // per MoE layer i, E entries at (i - first_k_dense_replace)·E
+    int *tokens;              // (tokens_cap) device copy of a forward's tokens
+    float *logits;            // (logits_cap) device logits before the copy back
+    size_t tokens_cap, logits_cap;
+    // Pinned host staging.
+    int *tokens_host, *sel_host; // (tokens_cap), (route_cap)
+    float *w_host;               // (route_cap)
+    size_t route_cap;
+} sd_cuda_backend;
+
+// Devices visible to this process; 0 when there is no GPU or no driver (never aborts).
+int sd_cuda_device_count(void);
+// The device's marketing name (e.g. "NVIDIA H200") into buf.
+sd_code sd_cuda_device_name(int device, char *buf, size_t len, sd_status *st);
+
+// Upload a host (CPU) model to device `device` (sd_cuda_model_upload: the current device).
+// dev is a new model (cfg and sha256 strings copied); sd_model_free(dev) releases everything.
+sd_code sd_cuda_model_upload_on(const sd_model *host, int device, sd_model *dev, sd_status *st);
+sd_code sd_cuda_model_upload(const sd_model *host, sd_model *dev, sd_status *st);
+
+// The backend of a device model; NULL when m is not a CUDA model.
+sd_cuda_backend *sd_cuda_backend_of(const sd_model *m);
+
+// A state for a device model (sd_state_init_on with the model's allocator).
+sd_code sd_cuda_state_init(sd_state *s, const sd_model *dev, int capacity, int max_T, sd_status *st);

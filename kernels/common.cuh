@@ -1,0 +1,130 @@
+// common.cuh — device helpers every kernel shares: NVTX ranges, activations, bf16 widening,
+// fixed-order warp/block sums, and the row dot product every matrix-vector kernel is built on.
+//
+// Reduction orders are the contract behind verify ≡ decode (MODEL.md "Exactness"): every sum
+// here has an order fixed by the data's shape and the launch's block size, never by how many
+// tokens share a launch. Device code is built with --fmad=false (CMakeLists.txt), so a*b+c
+// is two roundings, as in the CPU reference.
+#pragma once
+#include <cuda_runtime.h>
+#include <math.h>
+#include <nvtx3/nvToolsExt.h>
+#include <stdint.h>
+extern "C" {
+#include "ops.h"    // sd_mat
+#include "status.h" // sd_code, sd_status
+}
+#include "check.h" // SD_CUDA_CHECK, SD_LAUNCH_CHECK
+
+// An NVTX range for the lifetime of a launcher (closed on every return path).
+struct sd_nvtx_scope {
+    explicit sd_nvtx_scope(const char *name) { nvtxRangePushA(name); }
+    ~sd_nvtx_scope() { nvtxRangePop(); }
+    sd_nvtx_scope(const sd_nvtx_scope &) = delete;
+    sd_nvtx_scope &operator=(const sd_nvtx_scope &) = delete;
+};
+#define SD_NVTX(name) sd_nvtx_scope sd_nvtx_scope_(name)
+
+static inline int sd_ceil_div(long a, long b) { return (int)((a + b - 1) / b); }
+static inline int sd_round32(int n) { return (n + 31) / 32 * 32; }
+
+// Activations: the CPU definitions (ops.h) with the device's expf/log1pf (≤ 2 ulp apart from
+// glibc's; that is the only cross-backend difference these introduce).
+__device__ __forceinline__ float sd_dev_bf16(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+__device__ __forceinline__ float sd_dev_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ float sd_dev_silu(float x) { return x * sd_dev_sigmoid(x); }
+__device__ __forceinline__ float sd_dev_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+// Warp sum, fixed tree: lane l adds lane l+16, then +8, +4, +2, +1; lane 0's value is broadcast.
+// The whole warp must call it.
+__device__ __forceinline__ float sd_warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+    return __shfl_sync(0xffffffffu, v, 0);
+}
+
+// Block sum (blockDim.x a multiple of 32, at most 1024): each warp's tree, then the warp totals
+// in one more tree (missing warps add 0). Every thread returns the same bits. `sh` holds 32
+// floats; the call ends with a barrier so `sh` may be reused at once.
+__device__ __forceinline__ float sd_block_sum(float v, float *sh) {
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = sd_warp_sum(v);
+    if (lane == 0) sh[wid] = v;
+    __syncthreads();
+    float r = lane < nw ? sh[lane] : 0.0f;
+    r = sd_warp_sum(r);
+    __syncthreads();
+    return r;
+}
+
+// One row of a Linear against T vectors, one warp per row. The row is cut into 16-byte chunks
+// (8 bf16 or 4 f32 weights); lane l takes chunks l, l+32, l+64, ... and adds each element's
+// product into its partial in element order (a short last chunk adds only its real elements).
+// acc[t] holds lane partials; the caller folds them with sd_warp_sum. The order depends on the
+// row length only: the same for 1 token or 32, vector loads or scalar ones (chosen by alignment).
+// x rows are t·xs floats apart, in global or shared memory (plain loads, never __ldg).
+template <int TMAX, bool BF16>
+__device__ __forceinline__ void sd_row_dot(const void *W, int cols, int row, const float *x, size_t xs, int T,
+                                           float acc[TMAX]) {
+    constexpr int VEC = BF16 ? 8 : 4;
+    const int lane = threadIdx.x & 31;
+    const size_t esize = BF16 ? 2 : 4;
+    const char *wrow = (const char *)W + (size_t)row * cols * esize;
+    const bool wvec = ((uintptr_t)wrow & 15) == 0;
+    const bool xvec = ((uintptr_t)x & 15) == 0 && (xs & 3) == 0;
+    const int nchunk = (cols + VEC - 1) / VEC;
+    for (int c = lane; c < nchunk; c += 32) {
+        const int i0 = c * VEC, n = cols - i0 < VEC ? cols - i0 : VEC;
+        float wf[VEC];
+        if (n == VEC && wvec) {
+            const uint4 u = __ldg((const uint4 *)(wrow + (size_t)i0 * esize));
+            if (BF16) {
+                const uint32_t p[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    wf[2 * e] = __uint_as_float(p[e] << 16);
+                    wf[2 * e + 1] = __uint_as_float(p[e] & 0xffff0000u);
+                }
+            } else {
+                wf[0] = __uint_as_float(u.x); wf[1] = __uint_as_float(u.y);
+                wf[2] = __uint_as_float(u.z); wf[3] = __uint_as_float(u.w);
+            }
+        } else {
+#pragma unroll
+            for (int e = 0; e < VEC; e++)
+                wf[e] = e < n ? (BF16 ? sd_dev_bf16(((const uint16_t *)wrow)[i0 + e]) : ((const float *)wrow)[i0 + e]) : 0.0f;
+        }
+#pragma unroll
+        for (int t = 0; t < TMAX; t++) {
+            if (t >= T) break;
+            const float *xt = x + (size_t)t * xs + i0;
+            float xv[VEC];
+            if (n == VEC && xvec) {
+#pragma unroll
+                for (int e = 0; e < VEC; e += 4) {
+                    const float4 f = *(const float4 *)(xt + e);
+                    xv[e] = f.x; xv[e + 1] = f.y; xv[e + 2] = f.z; xv[e + 3] = f.w;
+                }
+            } else {
+#pragma unroll
+                for (int e = 0; e < VEC; e++) xv[e] = e < n ? xt[e] : 0.0f;
+            }
+#pragma unroll
+            for (int e = 0; e < VEC; e++)
+                if (e < n) acc[t] += wf[e] * xv[e];
+        }
+    }
+}
+
+// One full dot (a single vector): the lane partials of sd_row_dot folded by sd_warp_sum. Every
+// lane returns the value. Whole warp must call it.
+template <bool BF16>
+__device__ __forceinline__ float sd_warp_dot(const void *W, int cols, int row, const float *x) {
+    float acc[1] = {0.0f};
+    sd_row_dot<1, BF16>(W, cols, row, x, 0, 1, acc);
+    return sd_warp_sum(acc[0]);
+}
+// The same with the weight dtype known only at run time (warp-uniform branch).
+__device__ __forceinline__ float sd_warp_dot_dt(const void *W, bool bf16, int cols, int row, const float *x) {
+    return bf16 ? sd_warp_dot<true>(W, cols, row, x) : sd_warp_dot<false>(W, cols, row, x);
+}

@@ -1,0 +1,38 @@
+// kda.h — Kimi Delta Attention on the GPU (MODEL.md "KDA"; the CPU op: engine/cpu/kda.c), in the
+// four steps the layer walk calls around its Linears. Every pointer is device memory; positions
+// and slots follow engine/state.h.
+#pragma once
+#include <cuda_runtime_api.h> // cudaStream_t
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+#include "status.h"           // sd_code, sd_status
+
+// (a) Writes the raw projections q, k, v (T, P each) of positions pos0 .. pos0+T-1 into the conv
+// rows (row of position p: p % n_rows, each row [q | k | v], 3P floats), then for every new token
+// the depthwise causal conv (taps (P, W), tap W-1 on the current token, zero before position 0)
+// + silu into qc, kc, vc (T, P), and per head q, k ← x / sqrt(Σx² + 1e-6).
+sd_code sd_cuda_kda_conv(float *conv_rows, int n_rows, const float *q, const float *k, const float *v,
+                         const float *q_conv, const float *k_conv, const float *v_conv, int T, int H, int d, int W,
+                         int pos0, float *qc, float *kc, float *vc, cudaStream_t stream, sd_status *st);
+
+// (b) In place: gate (T, P) ← -exp(A_log[h]) · softplus(gate + dt_bias), beta (T, H) ← sigmoid(beta).
+sd_code sd_cuda_kda_gates(float *gate, float *beta, const float *A_log, const float *dt_bias, int T, int H, int d,
+                          cudaStream_t stream, sd_status *st);
+
+// (c) The recurrence over T tokens: reads the state after n0 tokens from slot n0 % n_slots of S
+// (n_slots × H × d × d, fp32, S[slot][h][i][j]) and writes slots n0+1 .. n0+T; y (T, P) gets
+// o_h = S_hᵀ(q_h · d^-0.5). One block per head, thread j owns value column j; sums over the key
+// index i run in increasing i, exactly the CPU's kda_step order.
+sd_code sd_cuda_kda_scan(float *S, int n_slots, int n0, int T, int H, int d, const float *qc, const float *kc,
+                         const float *vc, const float *gate, const float *beta, float *y, cudaStream_t stream,
+                         sd_status *st);
+
+// (d) In place: y_h ← rmsnorm(y_h, o_norm, eps) ⊙ sigmoid(gb_h) per (token, head); y, gb (T, P).
+sd_code sd_cuda_kda_out(float *y, const float *gb, const float *o_norm, float eps, int T, int H, int d,
+                        cudaStream_t stream, sd_status *st);
+
+#ifdef __cplusplus
+}
+#endif

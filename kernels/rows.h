@@ -1,0 +1,24 @@
+// rows.h — row ops of the residual stream on the GPU: embedding gather, RMSNorm, residual add.
+#pragma once
+#include <cuda_runtime_api.h> // cudaStream_t
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+#include "ops.h"              // sd_mat
+#include "status.h"           // sd_code, sd_status
+
+// x[t] = embed[tokens[t]] widened to f32 (exact); tokens (T) and x (T, cols) in device memory.
+sd_code sd_cuda_embed(const sd_mat *embed, const int *tokens, int T, float *x, cudaStream_t stream, sd_status *st);
+
+// out[r] = x[r] / sqrt(sum(x[r]²)/n + eps) ⊙ w for rows r < rows (row stride n); out may alias x.
+// One block of 256 threads per row; sum order fixed by n (sd_block_sum).
+sd_code sd_cuda_rmsnorm(const float *x, const float *w, int rows, int n, float eps, float *out,
+                        cudaStream_t stream, sd_status *st);
+
+// x[i] += y[i], i < n.
+sd_code sd_cuda_add(float *x, const float *y, size_t n, cudaStream_t stream, sd_status *st);
+
+#ifdef __cplusplus
+}
+#endif
