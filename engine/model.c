@@ -4,6 +4,7 @@
 #include <string.h>
 #include "backend.h" // sd_backend
 #include "digest.h"  // sd_sha256_file
+#include "nvtx.h"   // TRACE_RANGE_PUSH, TRACE_RANGE_POP
 #include "layers.h" // sd_kda_forward, sd_mla_forward, sd_ffn_forward, sd_moe_forward
 
 sd_code sd_model_load(sd_model *m, const char *dir, sd_status *st) {
@@ -47,6 +48,7 @@ static void layer_forward(const sd_model *m, sd_state *s, int i, int T, const sd
     const int D = c->hidden_size;
     trace_burst *tb = opts ? opts->trace : NULL;
 
+    TRACE_RANGE_PUSH(ly->mixer == SD_MIXER_KDA ? "kda" : "mla");
     norm_rows(x->x, ly->input_norm, T, D, c->rms_norm_eps, x->a);
     uint64_t t0 = trace_bucket_start(tb);
     if (ly->mixer == SD_MIXER_KDA) {
@@ -57,7 +59,9 @@ static void layer_forward(const sd_model *m, sd_state *s, int i, int T, const sd
         trace_bucket_stop(tb, TRACE_BUCKET_VMLA, t0);
     }
     add_into(x->x, x->mix, (size_t)T * D);
+    TRACE_RANGE_POP();
 
+    TRACE_RANGE_PUSH(ly->is_moe ? "moe" : "dense_ffn");
     norm_rows(x->x, ly->post_norm, T, D, c->rms_norm_eps, x->a);
     t0 = trace_bucket_start(tb);
     if (ly->is_moe) {
@@ -71,6 +75,7 @@ static void layer_forward(const sd_model *m, sd_state *s, int i, int T, const sd
     }
     trace_bucket_stop(tb, TRACE_BUCKET_VFFN, t0);
     add_into(x->x, x->mix, (size_t)T * D);
+    TRACE_RANGE_POP();
 }
 
 sd_code sd_forward(const sd_model *m, sd_state *s, const int *tokens, int T, float *logits, int last_only,
@@ -91,7 +96,13 @@ sd_code sd_forward(const sd_model *m, sd_state *s, const int *tokens, int T, flo
 
     sd_scratch *x = &s->scratch;
     for (int t = 0; t < T; t++) sd_mat_row_f32(&m->w.embed, tokens[t], x->x + (size_t)t * D);
-    for (int i = 0; i < c->num_hidden_layers; i++) layer_forward(m, s, i, T, opts);
+    for (int i = 0; i < c->num_hidden_layers; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "layer %d", i);
+        TRACE_RANGE_PUSH(name);
+        layer_forward(m, s, i, T, opts);
+        TRACE_RANGE_POP();
+    }
 
     if (logits) {
         const int first = last_only ? T - 1 : 0, n = T - first;
@@ -100,6 +111,15 @@ sd_code sd_forward(const sd_model *m, sd_state *s, const int *tokens, int T, flo
     }
     s->pending += T;
     return SD_OK;
+}
+
+sd_code sd_model_state_init(const sd_model *m, sd_state *s, int capacity, int max_T, sd_status *st) {
+    return sd_state_init_on(s, &m->cfg, capacity, max_T, m->backend ? m->backend->mem : NULL, st);
+}
+
+void sd_model_sync(void *model) {
+    const sd_model *m = model;
+    if (m->backend && m->backend->sync) m->backend->sync(m->backend->sync_ctx);
 }
 
 sd_code sd_prefill(const sd_model *m, sd_state *s, const int *tokens, int n, float *last_logits, sd_status *st) {

@@ -7,6 +7,7 @@
 
 struct sd_backend;
 
+// Never copy an sd_model by value: its weight table (w.specs) points into the struct itself.
 typedef struct sd_model {
     sd_config cfg;
     sd_weights w;                    // host tensors (CPU backend), or device tensors of a backend
@@ -34,6 +35,12 @@ typedef struct {
 // context full (capacity) — each leaves the state as it was.
 sd_code sd_forward(const sd_model *m, sd_state *s, const int *tokens, int T, float *logits, int last_only,
                    const sd_forward_opts *opts, sd_status *st);
+
+// A state for m on m's backend (host memory for the CPU, the device's for a device model).
+sd_code sd_model_state_init(const sd_model *m, sd_state *s, int capacity, int max_T, sd_status *st);
+
+// Drain the model's backend (a no-op on the CPU): the sync a trace boundary calls.
+void sd_model_sync(void *model);
 
 // Feed n tokens in chunks of at most s->max_T, committing each; logits of the last token (V) if
 // last_logits is not NULL.

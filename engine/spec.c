@@ -76,17 +76,21 @@ static sd_code draft_catch_up(spec_run *r, int n, sd_status *st) {
 static sd_code spec_round(spec_run *r, int *emit, int *n_accepted, sd_status *st) {
     trace_burst *tb = r->o->trace;
     sd_forward_opts verify_opts = {.trace = tb};
-    int n, bonus;
-    sd_code rc = draft_propose(r, st);                                          /* 1. draft */
+    int n = 0, bonus = 0;
+    trace_phase_begin(TRACE_PHASE_DRAFT);                                       /* 1. draft */
+    sd_code rc = draft_propose(r, st);
     trace_phase_end(tb, TRACE_PHASE_DRAFT);
-    if (!rc) rc = sd_forward(r->target, r->ts, r->seq, r->k + 1, r->p, 0, &verify_opts, st); /* 2. verify */
+    trace_phase_begin(TRACE_PHASE_VERIFY);                                      /* 2. verify */
+    if (!rc) rc = sd_forward(r->target, r->ts, r->seq, r->k + 1, r->p, 0, &verify_opts, st);
     trace_phase_end(tb, TRACE_PHASE_VERIFY);
-    if (rc) return rc;
-    n = accept(r, &bonus);                                                      /* 3. accept */
+    trace_phase_begin(TRACE_PHASE_ACCEPT);                                      /* 3. accept */
+    if (!rc) n = accept(r, &bonus);
     trace_phase_end(tb, TRACE_PHASE_ACCEPT);
-    rc = sd_state_commit(r->ts, n + 1, st);                                     /* 4. rollback */
+    trace_phase_begin(TRACE_PHASE_ROLL);                                        /* 4. rollback */
+    if (!rc) rc = sd_state_commit(r->ts, n + 1, st);
     trace_phase_end(tb, TRACE_PHASE_ROLL);
-    if (!rc) rc = draft_catch_up(r, n, st);                                     /* 5. maintenance */
+    trace_phase_begin(TRACE_PHASE_MAINT);                                       /* 5. maintenance */
+    if (!rc) rc = draft_catch_up(r, n, st);
     trace_phase_end(tb, TRACE_PHASE_MAINT);
     memcpy(emit, &r->seq[1], sizeof(int) * n);
     emit[n] = bonus;

@@ -1,5 +1,6 @@
 // trace.c — levels, phase clocks, level-2 buckets and the two emitted line shapes (trace.h).
 #include "trace.h"
+#include "nvtx.h" // TRACE_RANGE_PUSH, TRACE_RANGE_POP
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,8 +80,16 @@ void trace_burst_begin(trace_burst *b, int level, int k, void (*sync)(void *), v
     if (level >= 1) b->t_mark = trace_boundary(b);
 }
 
+static const char *const phase_names[TRACE_N_PHASES] = {"draft", "verify", "accept", "rollback", "maintenance"};
+
+void trace_phase_begin(trace_phase phase) {
+    if (phase >= 0 && phase < TRACE_N_PHASES) TRACE_RANGE_PUSH(phase_names[phase]);
+}
+
 void trace_phase_end(trace_burst *b, trace_phase ended) {
-    if (!b || b->level < 1 || ended < 0 || ended >= TRACE_N_PHASES) return;
+    if (ended < 0 || ended >= TRACE_N_PHASES) return;
+    TRACE_RANGE_POP();
+    if (!b || b->level < 1) return;
     uint64_t now = trace_boundary(b);
     b->phase_ns[ended] += now - b->t_mark;
     b->t_mark = now;

@@ -60,8 +60,11 @@ typedef struct trace_burst {
 
 // Start a burst (drains the accumulators; reads the clock when level >= 1).
 void trace_burst_begin(trace_burst *b, int level, int k, void (*sync)(void *), void *sync_ctx);
-// Phase boundary: sync the backend, read the clock, charge the time since the last mark to
-// `ended`. No-op at level 0.
+// A phase opens its NVTX range ("draft", "verify", ...) at every level, so a profile shows the
+// round's structure even with the trace off.
+void trace_phase_begin(trace_phase phase);
+// Phase boundary: close the phase's NVTX range; at level >= 1 also sync the backend, read the
+// clock and charge the time since the last mark to `ended`.
 void trace_phase_end(trace_burst *b, trace_phase ended);
 
 // Level-2 bucket timing around one call inside the verify walk. Usage:

@@ -3,16 +3,18 @@
 #include <stdlib.h>
 #include <string.h>
 #include "args.h"
+#include "backend_select.h" // sd_cli_backend_*
 #include "commands.h"
 #include "model.h"
 
 static const char *HELP =
     "usage: specdec forward --model DIR --tokens 1,2,3,... --out FILE\n"
-    "                       [--mode decode|verify] [--chunk N] [--backend cpu]\n\n"
+    "                       [--mode decode|verify] [--chunk N] [--backend cpu|cuda]\n\n"
     "Teacher-forced forward of the token sequence from position 0. Writes FILE (safetensors):\n"
     "`logits` F32 [T, V] (row t = the logits after token t) and `tokens` I32 [T].\n\n"
     "  --mode decode   one token per forward (default)\n"
     "  --mode verify   forwards of --chunk N tokens (default 5 = k+1 for k = 4)\n"
+    "  --backend cpu|cuda  default: the GPU when one is visible and this build has CUDA, else the CPU\n"
     "On one backend both modes give bit-identical logits (the verify ≡ decode law).\n";
 
 int cmd_forward(int argc, char **argv) {
@@ -35,26 +37,26 @@ int cmd_forward(int argc, char **argv) {
         sd_fail(&st, SD_ERR_USAGE, "--mode must be decode or verify, got '%s'", mode);
         return sd_cli_fail(cmd, &st);
     }
-    if (backend && strcmp(backend, "cpu")) {
-        sd_fail(&st, strcmp(backend, "cuda") ? SD_ERR_USAGE : SD_ERR_UNSUPPORTED,
-                strcmp(backend, "cuda") ? "--backend must be cpu or cuda, got '%s'" : "--backend %s: not available in this build",
-                backend);
-        return sd_cli_fail(cmd, &st);
-    }
+    sd_cli_backend be;
+    if (sd_cli_backend_parse(backend, &be, &st)) return sd_cli_fail(cmd, &st);
     if (chunk_s && !sd_parse_int("--chunk", chunk_s, 1, 64, &chunk, &st)) return sd_cli_fail(cmd, &st);
     if (!mode || !strcmp(mode, "decode")) chunk = 1;
     if (!sd_parse_int_list("--tokens", tokens_s, &tokens, &T, &st)) return sd_cli_fail(cmd, &st);
 
-    sd_model m;
+    sd_model host, dev, *m = &host;
+    memset(&host, 0, sizeof host);
+    memset(&dev, 0, sizeof dev);
     sd_state s = {0};
     float *logits = NULL;
-    sd_code rc = sd_model_load(&m, dir, &st);
-    if (!rc) rc = sd_state_init(&s, &m.cfg, T, (int)chunk, &st);
-    const int V = m.cfg.vocab_size;
+    sd_code rc = sd_cli_backend_resolve(&be, &st);
+    if (!rc) rc = sd_model_load(&host, dir, &st);
+    if (!rc) rc = sd_cli_to_backend(be, &host, &dev, &m, &st);
+    if (!rc) rc = sd_model_state_init(m, &s, T, (int)chunk, &st);
+    const int V = m->cfg.vocab_size;
     if (!rc && !(logits = malloc(sizeof(float) * (size_t)T * V))) rc = sd_fail(&st, SD_ERR_SYS, "out of memory");
     for (int t = 0; !rc && t < T; t += (int)chunk) {
         int n = T - t < chunk ? T - t : (int)chunk;
-        rc = sd_forward(&m, &s, tokens + t, n, logits + (size_t)t * V, 0, NULL, &st);
+        rc = sd_forward(m, &s, tokens + t, n, logits + (size_t)t * V, 0, NULL, &st);
         if (!rc) rc = sd_state_commit(&s, n, &st);
     }
     if (!rc) {
@@ -64,10 +66,12 @@ int cmd_forward(int argc, char **argv) {
         };
         rc = sd_st_write(out, t, 2, &st);
     }
-    if (!rc) fprintf(stderr, "%s: wrote %s (%d positions, %s mode)\n", cmd, out, T, chunk > 1 ? "verify" : "decode");
+    if (!rc)
+        fprintf(stderr, "%s: wrote %s (%d positions, %s mode, %s)\n", cmd, out, T, chunk > 1 ? "verify" : "decode",
+                sd_cli_backend_name(be));
     free(logits);
     free(tokens);
     sd_state_free(&s);
-    if (m.w.arena) sd_model_free(&m);
+    if (m->w.arena || m->backend) sd_model_free(m);
     return rc ? sd_cli_fail(cmd, &st) : 0;
 }

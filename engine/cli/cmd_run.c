@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "args.h"
+#include "backend_select.h" // sd_cli_backend_*
 #include "commands.h"
 #include "decode.h"  // sd_decode, sd_synth_prompt
 #include "demo.h"    // sd_demo_models
@@ -27,7 +28,8 @@ static const char *HELP =
     "  --temperature T     0 = greedy (default); > 0 samples (Philox draws keyed by --seed)\n"
     "  --seed S            seed of the prompt and the draws (default 0)\n"
     "  --json              one JSON object on stdout: tokens, tokens_per_s and the metrics\n"
-    "  --backend cpu|cuda  where to run (default cpu)\n"
+    "  --backend cpu|cuda  where to run (default: the GPU when one is visible and this build has\n"
+    "                      CUDA, else the CPU; cuda where it cannot run is an error, never a fallback)\n"
     "  --trace 1|2         phase trace level (overrides SPECDEC_SPEC_TRACE; see docs/FLAGS.md)\n"
     "  --trace-tag TAG     trace line tag (default spec): [TAG-phase] and [TAG-phase-v]\n"
     "  --receipt FILE      write a JSONL receipt: environment, then one line per burst\n"
@@ -36,6 +38,7 @@ static const char *HELP =
 
 typedef struct {
     const char *model, *draft, *receipt, *tag, *backend;
+    sd_cli_backend be;
     int *prompt, n_prompt;
     long max_new, k, trace;
     double temperature;
@@ -71,11 +74,8 @@ static int parse(int argc, char **argv, run_opts *o) {
     if (o->draft && !o->model) sd_fail(&st, SD_ERR_USAGE, "--draft needs --model");
     else if (prompt && plen) sd_fail(&st, SD_ERR_USAGE, "give --prompt or --prompt-len, not both");
     else if (o->tag && !*o->tag) sd_fail(&st, SD_ERR_USAGE, "--trace-tag must not be empty");
-    else if (o->backend && strcmp(o->backend, "cpu") && strcmp(o->backend, "cuda"))
-        sd_fail(&st, SD_ERR_USAGE, "--backend must be cpu or cuda, got '%s'", o->backend);
-    else if (o->backend && !strcmp(o->backend, "cuda"))
-        sd_fail(&st, SD_ERR_UNSUPPORTED, "--backend cuda: not available in this build (the CUDA backend has not landed)");
-    else if ((plen && !sd_parse_int("--prompt-len", plen, 1, 1 << 20, &n_prompt, &st)) ||
+    else if (sd_cli_backend_parse(o->backend, &o->be, &st)) {
+    } else if ((plen && !sd_parse_int("--prompt-len", plen, 1, 1 << 20, &n_prompt, &st)) ||
              (max_new && !sd_parse_int("--max-new", max_new, 1, 1 << 20, &o->max_new, &st)) ||
              (k && !sd_parse_int("--k", k, 1, SD_SPEC_MAX_K, &o->k, &st)) ||
              (temp && !sd_parse_float("--temperature", temp, 0.0, 100.0, &o->temperature, &st)) ||
@@ -99,7 +99,7 @@ static void print_json(const run_opts *o, const int *tokens, int n, double secs,
     cJSON_AddNumberToObject(j, "tokens_per_s", n / secs);
     cJSON_AddNumberToObject(j, "seconds", secs);
     cJSON_AddNumberToObject(j, "prompt_tokens", o->n_prompt);
-    cJSON_AddStringToObject(j, "backend", "cpu");
+    cJSON_AddStringToObject(j, "backend", sd_cli_backend_name(o->be));
     cJSON_AddStringToObject(j, "mode", spec ? "speculative" : "plain");
     if (spec) {
         cJSON_AddNumberToObject(j, "k", (double)o->k);
@@ -120,7 +120,8 @@ static void print_json(const run_opts *o, const int *tokens, int n, double secs,
 static void print_human(const run_opts *o, const int *tokens, int n, double secs, const sd_accept_stats *s, bool spec) {
     printf("tokens:");
     for (int i = 0; i < n; i++) printf(" %d", tokens[i]);
-    printf("\n%d tokens in %.3f s: %.1f tokens/s (%s, cpu)\n", n, secs, n / secs, spec ? "speculative" : "plain");
+    printf("\n%d tokens in %.3f s: %.1f tokens/s (%s, %s)\n", n, secs, n / secs, spec ? "speculative" : "plain",
+           sd_cli_backend_name(o->be));
     if (!spec) return;
     printf("rounds %llu, drafted %llu, accepted %llu: acceptance %.1f%%, mean accepted length %.2f (k = %ld)\n",
            (unsigned long long)s->rounds, (unsigned long long)s->drafted, (unsigned long long)s->accepted,
@@ -130,51 +131,50 @@ static void print_human(const run_opts *o, const int *tokens, int n, double secs
     printf("\n");
 }
 
-// The CPU's model name, for receipts ("cpu" when /proc/cpuinfo does not say).
-static void cpu_name(char *buf, size_t len) {
-    snprintf(buf, len, "cpu");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    char line[512];
-    while (f && fgets(line, sizeof line, f)) {
-        char *colon = strchr(line, ':');
-        if (strncmp(line, "model name", 10) || !colon) continue;
-        snprintf(buf, len, "%s", colon + 2);
-        buf[strcspn(buf, "\n")] = 0;
-        break;
-    }
-    if (f) fclose(f);
-}
-
 static sd_code open_receipt(receipt_writer *w, const run_opts *o, const sd_model *t, const sd_model *d,
                             int level, sd_status *st) {
     char flags[128], device[256];
-    cpu_name(device, sizeof device);
-    snprintf(flags, sizeof flags, "SPECDEC_SPEC_TRACE=%s", getenv("SPECDEC_SPEC_TRACE") ? getenv("SPECDEC_SPEC_TRACE") : "");
+    sd_cli_device_name(t, device, sizeof device);
+    const char *env_level = getenv("SPECDEC_SPEC_TRACE");
+    snprintf(flags, sizeof flags, "SPECDEC_SPEC_TRACE=%s", env_level ? env_level : "");
     receipt_env env = {
         .version = SPECDEC_VERSION, .commit = SPECDEC_GIT_COMMIT,
         .config_sha256 = t->config_sha256,
         .weights_sha256 = t->weights_sha256[0] ? t->weights_sha256 : "synthesised:seed=0",
         .draft_sha256 = d ? (d->weights_sha256[0] ? d->weights_sha256 : "synthesised:seed=0") : NULL,
-        .backend = "cpu", .device = device, .driver = NULL, .tag = o->tag, .flags = flags,
+        .backend = sd_cli_backend_name(o->be), .device = device, .driver = NULL, .tag = o->tag, .flags = flags,
         .k = d ? (int)o->k : 0, .seed = o->seed, .temperature = o->temperature, .trace_level = level,
     };
     return receipt_open(w, o->receipt, &env, st);
 }
 
-// Load (or synthesise) the models and the prompt.
-static sd_code setup(run_opts *o, sd_model *target, sd_model *draft, bool spec, sd_status *st) {
-    sd_code rc = o->demo ? sd_demo_models(target, spec ? draft : NULL, st) : sd_model_load(target, o->model, st);
-    if (!rc && o->draft && spec) rc = sd_model_load(draft, o->draft, st);
+// Load (or synthesise) the models on the host, then move them to the backend.
+static sd_code setup(run_opts *o, sd_model host[2], sd_model dev[2], sd_model *use[2], bool spec, sd_status *st) {
+    sd_code rc = o->demo ? sd_demo_models(&host[0], spec ? &host[1] : NULL, st) : sd_model_load(&host[0], o->model, st);
+    if (!rc && o->draft && spec) rc = sd_model_load(&host[1], o->draft, st);
     if (rc) return rc;
-    const int V = target->cfg.vocab_size;
+    const int V = host[0].cfg.vocab_size;
     if (!o->prompt) return sd_fail(st, SD_ERR_SYS, "out of memory");
-    if (o->n_prompt && o->prompt && !o->prompt_given) sd_synth_prompt(o->seed, V, o->n_prompt, o->prompt);
+    if (!o->prompt_given) sd_synth_prompt(o->seed, V, o->n_prompt, o->prompt);
     for (int i = 0; i < o->n_prompt; i++)
         if (o->prompt[i] >= V) return sd_fail(st, SD_ERR_DATA, "--prompt: token %d is outside the vocabulary 0..%d", o->prompt[i], V - 1);
-    return SD_OK;
+    rc = sd_cli_to_backend(o->be, &host[0], &dev[0], &use[0], st);
+    if (!rc && spec) rc = sd_cli_to_backend(o->be, &host[1], &dev[1], &use[1], st);
+    return rc;
 }
 
 static double now_s(void) { return (double)trace_now_ns() * 1e-9; }
+
+// A trace boundary drains both models' backends (they may run on different streams).
+static void sync_both(void *ctx) {
+    sd_model **m = ctx;
+    sd_model_sync(m[0]);
+    if (m[1]) sd_model_sync(m[1]);
+}
+
+static void free_model(sd_model *m) {
+    if (m->w.arena || m->backend) sd_model_free(m);
+}
 
 int cmd_run(int argc, char **argv) {
     const char *cmd = "specdec run";
@@ -184,7 +184,9 @@ int cmd_run(int argc, char **argv) {
 
     const bool spec = (o.demo || o.draft) && !o.plain;
     sd_status st = {0};
-    sd_model target = {0}, draft = {0};
+    sd_model host[2], dev[2], *use[2] = {NULL, NULL};
+    memset(host, 0, sizeof host);
+    memset(dev, 0, sizeof dev);
     sd_state ts = {0}, ds = {0};
     sd_accept_stats stats = {0};
     receipt_writer rw = {0};
@@ -194,19 +196,20 @@ int cmd_run(int argc, char **argv) {
     if ((o.demo || o.receipt) && o.trace < 0 && level == 0) level = 1;
     const int cap = o.n_prompt + (int)o.max_new + (int)o.k + 1, chunk = 32;
 
-    sd_code c = out ? setup(&o, &target, &draft, spec, &st) : sd_fail(&st, SD_ERR_SYS, "out of memory");
-    if (!c) c = sd_state_init(&ts, &target.cfg, cap, spec && o.k + 1 > chunk ? (int)o.k + 1 : chunk, &st);
-    if (!c && spec) c = sd_state_init(&ds, &draft.cfg, cap, o.k > chunk ? (int)o.k : chunk, &st);
-    if (!c && o.receipt) c = open_receipt(&rw, &o, &target, spec ? &draft : NULL, level, &st);
+    sd_code c = out ? sd_cli_backend_resolve(&o.be, &st) : sd_fail(&st, SD_ERR_SYS, "out of memory");
+    if (!c) c = setup(&o, host, dev, use, spec, &st);
+    if (!c) c = sd_model_state_init(use[0], &ts, cap, spec && o.k + 1 > chunk ? (int)o.k + 1 : chunk, &st);
+    if (!c && spec) c = sd_model_state_init(use[1], &ds, cap, o.k > chunk ? (int)o.k : chunk, &st);
+    if (!c && o.receipt) c = open_receipt(&rw, &o, use[0], spec ? use[1] : NULL, level, &st);
 
     trace_burst tb;
-    trace_burst_begin(&tb, level, spec ? (int)o.k : 0, NULL, NULL); // CPU: nothing to drain
+    trace_burst_begin(&tb, c ? 0 : level, spec ? (int)o.k : 0, sync_both, use);
     double t0 = now_s();
     if (!c && spec) {
         sd_spec_opts so = {.k = (int)o.k, .temperature = (float)o.temperature, .seed = o.seed, .trace = level ? &tb : NULL};
-        c = sd_spec_generate(&target, &ts, &draft, &ds, o.prompt, o.n_prompt, (int)o.max_new, &so, out, &stats, &st);
+        c = sd_spec_generate(use[0], &ts, use[1], &ds, o.prompt, o.n_prompt, (int)o.max_new, &so, out, &stats, &st);
     } else if (!c) {
-        c = sd_decode(&target, &ts, o.prompt, o.n_prompt, (int)o.max_new, (float)o.temperature, o.seed, out, &st);
+        c = sd_decode(use[0], &ts, o.prompt, o.n_prompt, (int)o.max_new, (float)o.temperature, o.seed, out, &st);
     }
     double secs = now_s() - t0;
     if (!c && spec) {
@@ -219,8 +222,7 @@ int cmd_run(int argc, char **argv) {
     receipt_close(&rw);
     sd_state_free(&ts);
     sd_state_free(&ds);
-    if (target.w.arena) sd_model_free(&target);
-    if (draft.w.arena) sd_model_free(&draft);
+    for (int i = 0; i < 2; i++) free_model(use[i] ? use[i] : &host[i]);
     free(out);
     free(o.prompt);
     return c ? sd_cli_fail(cmd, &st) : 0;

@@ -1,0 +1,73 @@
+// backend_select.c — see backend_select.h.
+#include "backend_select.h"
+#include <stdio.h>
+#include <string.h>
+#include "backend.h"
+#ifdef SPECDEC_HAVE_CUDA
+#include "cuda_backend.h" // sd_cuda_device_count, sd_cuda_model_upload, sd_cuda_backend_of
+#endif
+
+sd_code sd_cli_backend_parse(const char *opt, sd_cli_backend *out, sd_status *st) {
+    if (!opt) *out = SD_CLI_BACKEND_AUTO;
+    else if (!strcmp(opt, "cpu")) *out = SD_CLI_BACKEND_CPU;
+    else if (!strcmp(opt, "cuda")) *out = SD_CLI_BACKEND_CUDA;
+    else return sd_fail(st, SD_ERR_USAGE, "--backend must be cpu or cuda, got '%s'", opt);
+    return SD_OK;
+}
+
+static int gpus(void) {
+#ifdef SPECDEC_HAVE_CUDA
+    return sd_cuda_device_count();
+#else
+    return 0;
+#endif
+}
+
+sd_code sd_cli_backend_resolve(sd_cli_backend *b, sd_status *st) {
+#ifndef SPECDEC_HAVE_CUDA
+    if (*b == SD_CLI_BACKEND_CUDA)
+        return sd_fail(st, SD_ERR_UNSUPPORTED, "--backend cuda: not available in this build (no CUDA toolkit at build time)");
+#endif
+    if (*b == SD_CLI_BACKEND_CUDA && gpus() == 0)
+        return sd_fail(st, SD_ERR_UNSUPPORTED, "--backend cuda: not available on this machine (no CUDA device visible)");
+    if (*b == SD_CLI_BACKEND_AUTO) *b = gpus() > 0 ? SD_CLI_BACKEND_CUDA : SD_CLI_BACKEND_CPU;
+    return SD_OK;
+}
+
+sd_code sd_cli_to_backend(sd_cli_backend b, sd_model *host, sd_model *dev, sd_model **use, sd_status *st) {
+    *use = host;
+    if (b != SD_CLI_BACKEND_CUDA) return SD_OK;
+#ifdef SPECDEC_HAVE_CUDA
+    sd_code rc = sd_cuda_model_upload(host, dev, st);
+    sd_model_free(host);
+    if (!rc) *use = dev;
+    return rc;
+#else
+    (void)dev;
+    return sd_fail(st, SD_ERR_UNSUPPORTED, "--backend cuda: not available in this build");
+#endif
+}
+
+const char *sd_cli_backend_name(sd_cli_backend b) { return b == SD_CLI_BACKEND_CUDA ? "cuda" : "cpu"; }
+
+void sd_cli_device_name(const sd_model *m, char *buf, size_t len) {
+#ifdef SPECDEC_HAVE_CUDA
+    const sd_cuda_backend *cb = sd_cuda_backend_of(m);
+    if (cb) {
+        snprintf(buf, len, "%s", cb->device_name);
+        return;
+    }
+#endif
+    (void)m;
+    snprintf(buf, len, "cpu");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[512];
+    while (f && fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (strncmp(line, "model name", 10) || !colon) continue;
+        snprintf(buf, len, "%s", colon + 2);
+        buf[strcspn(buf, "\n")] = 0;
+        break;
+    }
+    if (f) fclose(f);
+}

@@ -1,0 +1,20 @@
+// backend_select.h — the CLI's choice of backend: parse --backend, move a loaded host model onto
+// it, and describe it for receipts and JSON. The only CLI file that knows the CUDA backend exists.
+#pragma once
+#include <stdbool.h>
+#include "model.h" // sd_model
+
+typedef enum { SD_CLI_BACKEND_AUTO = 0, SD_CLI_BACKEND_CPU, SD_CLI_BACKEND_CUDA } sd_cli_backend;
+
+// "cpu" / "cuda" / NULL (auto). Usage error on anything else.
+sd_code sd_cli_backend_parse(const char *opt, sd_cli_backend *out, sd_status *st);
+// Resolve auto (the GPU when this build has CUDA and a device is visible, else the CPU) and refuse
+// cuda when this build or machine cannot serve it — never a silent fallback.
+sd_code sd_cli_backend_resolve(sd_cli_backend *b, sd_status *st);
+// Put a loaded host model on the backend: *use = host for the CPU; for CUDA the copy is made
+// in *dev, the host model freed, and *use = dev. (Models are never copied by value: their
+// tensor tables point into them.)
+sd_code sd_cli_to_backend(sd_cli_backend b, sd_model *host, sd_model *dev, sd_model **use, sd_status *st);
+// "cpu" / "cuda", and the device's name ("NVIDIA H200", or the CPU's model name).
+const char *sd_cli_backend_name(sd_cli_backend b);
+void sd_cli_device_name(const sd_model *m, char *buf, size_t len);
