@@ -1,4 +1,5 @@
 // test_trace.c — trace levels, phase clocks, buckets and the emitted line shapes (trace.h).
+#include <stdint.h>
 #include <criterion/criterion.h>
 #include <criterion/redirect.h>
 #include <math.h>
@@ -434,4 +435,73 @@ Test(trace_clock, begin_drains_a_previous_burst) {
     cr_expect_eq(b.bucket_ns[TRACE_BUCKET_VKDA], 0);
     cr_expect_eq(b.drafted, 0);
     cr_expect_neq(b.t_mark, 0);
+}
+
+// ---- event mode: buckets timed by backend events, summed once after the burst ----
+
+static int fake_events_recorded, fake_pool_size;
+static void *fake_record(void *ctx) {
+    (void)ctx;
+    if (fake_events_recorded == fake_pool_size) return NULL;
+    return (void *)(uintptr_t)(++fake_events_recorded); // handle i = the i-th event (never 0)
+}
+// Each pair (a, b) "took" (b - a) ms.
+static double fake_elapsed(void *ctx, void *a, void *b) {
+    (void)ctx;
+    return (double)((uintptr_t)b - (uintptr_t)a);
+}
+static void fake_release(void *ctx) { (void)ctx; fake_events_recorded = 0; }
+
+Test(trace_events, buckets_sum_event_pairs_without_draining) {
+    trace_events ev = {.record = fake_record, .elapsed_ms = fake_elapsed, .release_all = fake_release};
+    fake_events_recorded = 0;
+    fake_pool_size = 100;
+    trace_burst b;
+    sync_calls = 0;
+    trace_burst_begin(&b, 2, 4, count_sync, NULL);
+    trace_burst_use_events(&b, &ev);
+    int after_begin = sync_calls;
+    uint64_t t = trace_bucket_start(&b);              // event 1
+    trace_bucket_stop(&b, TRACE_BUCKET_VKDA, t);      // event 2: 1 ms
+    t = trace_bucket_start(&b);                       // event 3
+    uint64_t s = trace_bucket_start(&b);              // event 4 (nested scan)
+    trace_bucket_stop(&b, TRACE_BUCKET_SCAN, s);      // event 5: 1 ms
+    trace_bucket_stop(&b, TRACE_BUCKET_VKDA, t);      // event 6: 3 ms
+    cr_assert_eq(sync_calls, after_begin, "event mode must not drain inside the walk");
+    cr_assert_eq(b.bucket_ns[TRACE_BUCKET_VKDA], 0, "nothing is summed before collect");
+    trace_burst_collect(&b);
+    cr_assert_eq(sync_calls, after_begin + 1, "collect drains once");
+    cr_assert_eq(b.bucket_ns[TRACE_BUCKET_VKDA], 4000000);
+    cr_assert_eq(b.bucket_ns[TRACE_BUCKET_SCAN], 1000000);
+    cr_assert_eq(fake_events_recorded, 0, "collect releases the events");
+}
+
+Test(trace_events, an_exhausted_pool_loses_pairs_visibly) {
+    trace_events ev = {.record = fake_record, .elapsed_ms = fake_elapsed, .release_all = fake_release};
+    fake_events_recorded = 0;
+    fake_pool_size = 3;
+    trace_burst b;
+    trace_burst_begin(&b, 2, 4, NULL, NULL);
+    trace_burst_use_events(&b, &ev);
+    for (int i = 0; i < 3; i++) {
+        uint64_t t = trace_bucket_start(&b);
+        trace_bucket_stop(&b, TRACE_BUCKET_VMLA, t);
+    }
+    cr_assert_eq(b.n_pairs, 1);
+    cr_assert_eq(b.pairs_lost, 2);
+    trace_burst_collect(&b);
+    cr_assert_eq(b.bucket_ns[TRACE_BUCKET_VMLA], 1000000);
+}
+
+Test(trace_events, level_1_records_nothing) {
+    trace_events ev = {.record = fake_record, .elapsed_ms = fake_elapsed, .release_all = fake_release};
+    fake_events_recorded = 0;
+    fake_pool_size = 10;
+    trace_burst b;
+    trace_burst_begin(&b, 1, 4, NULL, NULL);
+    trace_burst_use_events(&b, &ev);
+    uint64_t t = trace_bucket_start(&b);
+    trace_bucket_stop(&b, TRACE_BUCKET_VKDA, t);
+    cr_assert_eq(fake_events_recorded, 0);
+    cr_assert_eq(b.n_pairs, 0);
 }

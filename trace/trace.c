@@ -2,6 +2,7 @@
 #include "trace.h"
 #include "nvtx.h" // TRACE_RANGE_PUSH, TRACE_RANGE_POP
 #include <ctype.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -95,14 +96,40 @@ void trace_phase_end(trace_burst *b, trace_phase ended) {
     b->t_mark = now;
 }
 
+void trace_burst_use_events(trace_burst *b, const trace_events *ev) { b->events = ev; }
+
+// Event mode hands the start event to its stop through the uint64_t the API passes along.
 uint64_t trace_bucket_start(trace_burst *b) {
     if (!b || b->level < 2) return 0;
+    if (b->events) return (uint64_t)(uintptr_t)b->events->record(b->events->ctx);
     return trace_boundary(b);
 }
 
 void trace_bucket_stop(trace_burst *b, trace_bucket which, uint64_t t_start) {
     if (!b || b->level < 2 || which < 0 || which >= TRACE_N_BUCKETS) return;
-    b->bucket_ns[which] += trace_boundary(b) - t_start;
+    if (!b->events) {
+        b->bucket_ns[which] += trace_boundary(b) - t_start;
+        return;
+    }
+    void *end = b->events->record(b->events->ctx);
+    if (!t_start || !end || b->n_pairs == TRACE_MAX_EVENT_PAIRS) {
+        b->pairs_lost++;
+        return;
+    }
+    b->pairs[b->n_pairs].a = (void *)(uintptr_t)t_start;
+    b->pairs[b->n_pairs].b = end;
+    b->pairs[b->n_pairs].which = which;
+    b->n_pairs++;
+}
+
+void trace_burst_collect(trace_burst *b) {
+    if (!b->events) return;
+    if (b->sync) b->sync(b->sync_ctx);
+    for (int i = 0; i < b->n_pairs; i++)
+        b->bucket_ns[b->pairs[i].which] +=
+            (uint64_t)(b->events->elapsed_ms(b->events->ctx, b->pairs[i].a, b->pairs[i].b) * 1e6);
+    b->n_pairs = 0;
+    b->events->release_all(b->events->ctx);
 }
 
 static double trace_ms(uint64_t ns) { return (double)ns / 1e6; }

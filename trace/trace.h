@@ -44,6 +44,18 @@ int trace_level(const char *family, int cli_level);
 // Monotonic nanoseconds.
 uint64_t trace_now_ns(void);
 
+// Event mode of the level-2 buckets: instead of draining the device around every mixer and FFN
+// call, a backend records timing events on its stream there and the burst sums their elapsed
+// times once, after a drain (trace_burst_collect). The phases still drain at their boundaries.
+typedef struct trace_events {
+    void *(*record)(void *ctx);                       // an event recorded now; NULL when out
+    double (*elapsed_ms)(void *ctx, void *a, void *b); // after a drain
+    void (*release_all)(void *ctx);                    // every event back to the pool
+    void *ctx;
+} trace_events;
+
+#define TRACE_MAX_EVENT_PAIRS 4096
+
 // One burst's clocks and counts. Filled by the round loop (phases, acceptance) and by the
 // verify layer walk (buckets).
 typedef struct trace_burst {
@@ -56,6 +68,9 @@ typedef struct trace_burst {
     uint64_t t_mark;                     // the last boundary's clock
     void (*sync)(void *ctx);             // drains the backend; NULL = nothing to drain (CPU)
     void *sync_ctx;
+    const trace_events *events;          // level-2 event mode (NULL: drain and read the clock)
+    struct { void *a, *b; trace_bucket which; } pairs[TRACE_MAX_EVENT_PAIRS];
+    int n_pairs, pairs_lost;             // recorded pairs; pairs the pool could not time
 } trace_burst;
 
 // Start a burst (drains the accumulators; reads the clock when level >= 1).
@@ -67,9 +82,16 @@ void trace_phase_begin(trace_phase phase);
 // clock and charge the time since the last mark to `ended`.
 void trace_phase_end(trace_burst *b, trace_phase ended);
 
+// Switch a burst's level-2 buckets to event mode (call right after trace_burst_begin).
+void trace_burst_use_events(trace_burst *b, const trace_events *ev);
+// Event mode: drain, add every recorded pair's elapsed time to its bucket, release the events.
+// Call at the end of the burst, before emitting. A no-op in drain mode.
+void trace_burst_collect(trace_burst *b);
+
 // Level-2 bucket timing around one call inside the verify walk. Usage:
 //   uint64_t t = trace_bucket_start(b);  ...call...  trace_bucket_stop(b, TRACE_BUCKET_VKDA, t);
-// Both sync the backend; both are no-ops (return 0) unless b && b->level >= 2.
+// Drain mode: both sync the backend and read the clock. Event mode: both record an event and
+// nothing waits. Both are no-ops (return 0) unless b && b->level >= 2.
 uint64_t trace_bucket_start(trace_burst *b);
 void trace_bucket_stop(trace_burst *b, trace_bucket which, uint64_t t_start);
 
