@@ -23,8 +23,8 @@ sd_code sd_cuda_kda_gates(float *gate, float *beta, const float *A_log, const fl
 
 // (c) The recurrence over T tokens: reads the state after n0 tokens from slot n0 % n_slots of S
 // (n_slots × H × d × d, fp32, S[slot][h][i][j]) and writes slots n0+1 .. n0+T; y (T, P) gets
-// o_h = S_hᵀ(q_h · d^-0.5). One block per head, thread j owns value column j; sums over the key
-// index i run in increasing i, exactly the CPU's kda_step order.
+// o_h = S_hᵀ(q_h · d^-0.5). Each sum over the key index i is one thread's chain in increasing i,
+// exactly the CPU's kda_step order, whatever T is (verify ≡ decode bit for bit).
 sd_code sd_cuda_kda_scan(float *S, int n_slots, int n0, int T, int H, int d, const float *qc, const float *kc,
                          const float *vc, const float *gate, const float *beta, float *y, cudaStream_t stream,
                          sd_status *st);
