@@ -1,16 +1,30 @@
-// moe.cu — router, SwiGLU FFN, the device-table expert arm and the combine.
-//   route:   one block per token; 8 warps score experts e ≡ warp (mod 8) with the fixed-order
-//            warp dot; thread 0 then runs the CPU's selection code unchanged (E is small).
-//   experts: per (token, slot) a grid row reads the expert id from device memory; one warp per
-//            output row computes gate and up dots with the same device function as the Linear
-//            (sd_warp_dot ≡ sd_row_dot + warp tree), then silu·up; a second kernel applies down.
-//            Hence its bits equal the eager arm's sd_cuda_ffn on the gathered tokens.
-//   combine: elementwise, Σ_j in selection order, then + shared (the CPU's order).
+// moe.cu — router, selection + grouping, the routed experts, the shared expert and the combine.
+//   route:   sd_cuda_moe_route (one block per token: 8 warps score experts e ≡ warp (mod 8) with
+//            the linear.cuh dot, then one warp selects) — or, in the layer walk, the router
+//            logits come from the fused Linear launch and sd_cuda_moe_select selects for every
+//            token (one warp per token) and groups the T·K entries by expert (moe.h).
+//   select:  the CPU's rules in a warp: group scores per lane, kept groups by the CPU's
+//            take_max, then K rounds of a warp arg-max over 64-bit keys held in registers that
+//            order (value desc, index asc) — the CPU's "largest untaken, ties to the lower index"
+//            for NaN-free scores.
+//   up:      grid (Ie rows / 4, group); per expert row a warp computes the gate dot and another
+//            the up dot over all the group's tokens (linear.cuh, one weight read for the tokens),
+//            then silu(g)·u — the dense FFN's SWIGLU Linear arithmetic.
+//   down:    a block owns 8 output rows; its warps share out the units (a routed entry, or the
+//            shared expert of one token) and dot each unit's 8 contiguous weight rows against the
+//            unit's one activation row (exp_out[t·K+j][o]); then, on combine, out[t][o] =
+//            Σ_j w·exp_out + shared in the CPU's order (optionally added into the residual stream).
+//   down bulk-prefetches each warp's next units' weight rows into L2 (linear.cuh).
 #include "moe.h"
-#include "common.cuh"
+#include "linear.cuh"
 #include "linear.h"
+#include <string.h>
 
-#define MOE_WARPS 8
+#define MOE_WARPS 8   // route and up: warps per block
+#define UP_ROWS (MOE_WARPS / 2) // up: expert rows per block (a gate warp and an up warp each)
+#define DOWN_WARPS 4  // down: warps per block (128 registers each: every block resident at once)
+#define DOWN_ROWS 8   // down: output rows per block
+#define SEL_MAX_E 1024
 
 // The CPU's take_max: the largest untaken v[i], ties to the lower index.
 __device__ static int take_max(const float *v, int n, const unsigned char *taken) {
@@ -20,26 +34,15 @@ __device__ static int take_max(const float *v, int n, const unsigned char *taken
     return best;
 }
 
-static __global__ void __launch_bounds__(MOE_WARPS * 32)
-route_kernel(const float *__restrict__ router, const float *__restrict__ bias, const float *__restrict__ b, int E, int D,
-             int K, int G, int topk_group, int renormalize, float scaling, int *__restrict__ sel, float *__restrict__ wts) {
-    extern __shared__ float sm[];
-    float *s = sm, *sp = sm + E, *gscore = sp + E;
-    unsigned char *taken = (unsigned char *)(gscore + G), *gtaken = taken + E;
-    const int t = blockIdx.x, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    const float *bt = b + (size_t)t * D;
-    for (int e = w; e < E; e += MOE_WARPS) {
-        const float dot = sd_warp_dot<false>(router, D, e, bt);
-        if (lane == 0) {
-            s[e] = sd_dev_sigmoid(dot);
-            sp[e] = s[e] + bias[e];
-        }
-    }
-    __syncthreads();
-    if (threadIdx.x != 0) return;
-    const int per = E / G;
+// One warp routes one token from s (E) and sp = s + bias (E, masked in place when G > 1);
+// gscore (G floats) and gtaken (G bytes) are this warp's scratch. Writes sel[0..K), w[0..K)
+// (K <= 32: lane j holds selection j).
+__device__ static void route_warp(const float *s, float *sp, float *gscore, unsigned char *gtaken, int E, int K, int G,
+                                  int topk_group, int renormalize, float scaling, int *sel, float *wt) {
+    const int lane = threadIdx.x & 31;
     if (G > 1) { // keep the topk_group groups with the best top-2 sums; mask the rest
-        for (int g = 0; g < G; g++) {
+        const int per = E / G;
+        for (int g = lane; g < G; g += 32) {
             const float *v = sp + g * per;
             float top = v[0] > v[1] ? v[0] : v[1], second = v[0] > v[1] ? v[1] : v[0];
             for (int i = 2; i < per; i++) {
@@ -49,37 +52,421 @@ route_kernel(const float *__restrict__ router, const float *__restrict__ bias, c
             gscore[g] = top + second;
             gtaken[g] = 0;
         }
-        for (int kept = 0; kept < topk_group; kept++) gtaken[take_max(gscore, G, gtaken)] = 1;
-        for (int e = 0; e < E; e++)
+        __syncwarp();
+        if (lane == 0)
+            for (int kept = 0; kept < topk_group; kept++) gtaken[take_max(gscore, G, gtaken)] = 1;
+        __syncwarp();
+        for (int e = lane; e < E; e += 32)
             if (!gtaken[e / per]) sp[e] = -INFINITY;
+        __syncwarp();
     }
-    for (int e = 0; e < E; e++) taken[e] = 0;
-    int *st = sel + (size_t)t * K;
-    float *wt = wts + (size_t)t * K, sum = 0.0f;
+    // Top-K: each lane holds the keys of entries lane + 32·i; a key orders (value desc, index asc),
+    // a taken entry's key is 0 (below every value's).
+    uint64_t key[SEL_MAX_E / 32];
+#pragma unroll
+    for (int i = 0; i < SEL_MAX_E / 32; i++) {
+        const int e = lane + 32 * i;
+        key[i] = 0;
+        if (e < E) {
+            const uint32_t u = __float_as_uint(sp[e] == 0.0f ? 0.0f : sp[e]); // -0 ties +0, as in take_max
+            const uint32_t ord = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+            key[i] = (uint64_t)ord << 32 | (uint32_t)~(uint32_t)e;
+        }
+    }
+    int mine = 0; // lane j ends with the j-th selection
     for (int j = 0; j < K; j++) {
-        st[j] = take_max(sp, E, taken);
-        taken[st[j]] = 1;
-        wt[j] = s[st[j]];
-        sum += wt[j];
+        uint64_t best = 0;
+#pragma unroll
+        for (int i = 0; i < SEL_MAX_E / 32; i++) best = key[i] > best ? key[i] : best;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const uint64_t other = __shfl_xor_sync(0xffffffffu, best, o);
+            best = other > best ? other : best;
+        }
+        const int e = (int)~(uint32_t)best;
+#pragma unroll
+        for (int i = 0; i < SEL_MAX_E / 32; i++)
+            if (lane + 32 * i == e) key[i] = 0;
+        if (lane == j) mine = e;
     }
-    for (int j = 0; j < K; j++) {
-        if (renormalize) wt[j] = wt[j] / sum;
-        wt[j] = wt[j] * scaling;
+    // w_j = s[sel_j]; Σ in selection order (every lane the same chain), renormalise, scale.
+    float wj = lane < K ? s[mine] : 0.0f, sum = 0.0f;
+    for (int j = 0; j < K; j++) sum += __shfl_sync(0xffffffffu, wj, j);
+    if (renormalize) wj = wj / sum;
+    wj = wj * scaling;
+    if (lane < K) {
+        sel[lane] = mine;
+        wt[lane] = wj;
     }
+}
+
+static __global__ void __launch_bounds__(MOE_WARPS * 32, 2)
+route_kernel(const float *__restrict__ router, const float *__restrict__ bias, const float *__restrict__ b, int E, int D,
+             int K, int G, int topk_group, int renormalize, float scaling, int *__restrict__ sel, float *__restrict__ wts) {
+    extern __shared__ float sm[];
+    float *s = sm, *sp = sm + E, *gscore = sp + E;
+    unsigned char *gtaken = (unsigned char *)(gscore + G);
+    const int t = blockIdx.x, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const float *bt = b + (size_t)t * D;
+    for (int e = w; e < E; e += MOE_WARPS) {
+        const float dot = sd_lin_warp_dot(router + (size_t)e * D, false, D, bt);
+        if (lane == 0) {
+            s[e] = sd_dev_sigmoid(dot);
+            sp[e] = s[e] + bias[e];
+        }
+    }
+    __syncthreads();
+    if (w == 0) route_warp(s, sp, gscore, gtaken, E, K, G, topk_group, renormalize, scaling, sel + (size_t)t * K, wts + (size_t)t * K);
+}
+
+static sd_code route_check(int E, int K, int G, sd_status *st) {
+    if (G < 1 || E % G || K > E || K < 1) return sd_fail(st, SD_ERR_USAGE, "cuda moe route: E %d, G %d, K %d", E, G, K);
+    if (K > 32) return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda moe route: %d experts per token > 32", K);
+    if (E > SEL_MAX_E) return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda moe route: %d experts > %d", E, SEL_MAX_E);
+    return SD_OK;
 }
 
 extern "C" sd_code sd_cuda_moe_route(const float *router, const float *bias, const float *b, int T, int E, int D, int K,
                                      int G, int topk_group, bool renormalize, float scaling, int *sel, float *w,
                                      cudaStream_t stream, sd_status *st) {
     SD_NVTX("sd_cuda_moe_route");
-    if (G < 1 || E % G || K > E) return sd_fail(st, SD_ERR_USAGE, "cuda moe route: E %d, G %d, K %d", E, G, K);
+    sd_code rc = route_check(E, K, G, st);
+    if (rc) return rc;
     if (T < 1) return SD_OK;
-    const size_t smem = sizeof(float) * (2 * (size_t)E + G) + 2 * (size_t)E + G;
+    const size_t smem = sizeof(float) * (2 * (size_t)E + G) + G;
     route_kernel<<<T, MOE_WARPS * 32, smem, stream>>>(router, bias, b, E, D, K, G, topk_group, renormalize ? 1 : 0, scaling, sel, w);
     SD_LAUNCH_CHECK(st);
     return SD_OK;
 }
 
+// ---------------------------------------------------------------------------- grouping
+// The layout of moe.h, for T·K entries.
+struct moe_layout {
+    int n, gc;
+    __host__ __device__ moe_layout(int T, int K, int E) : n(T * K), gc(T * K < E ? T * K : E) {}
+    __host__ __device__ int *gexp(int *g) const { return g + 1; }
+    __host__ __device__ int *gstart(int *g) const { return g + 1 + gc; }
+    __host__ __device__ int *ent(int *g) const { return g + 2 + 2 * gc; }
+    __host__ __device__ int *ent_e(int *g) const { return g + 2 + 2 * gc + n; }
+    __host__ __device__ const int *gexp(const int *g) const { return g + 1; }
+    __host__ __device__ const int *gstart(const int *g) const { return g + 1 + gc; }
+    __host__ __device__ const int *ent(const int *g) const { return g + 2 + 2 * gc; }
+    __host__ __device__ const int *ent_e(const int *g) const { return g + 2 + 2 * gc + n; }
+    __host__ __device__ size_t ints() const { return 2 + 2 * (size_t)gc + 2 * (size_t)n; }
+};
+
+extern "C" size_t sd_cuda_moe_groups_ints(int T, int K, int E) { return moe_layout(T, K, E).ints(); }
+
+extern "C" void sd_cuda_moe_groups_host(const int *sel, int T, int K, int E, int *groups) {
+    const moe_layout L(T, K, E);
+    int *gexp = L.gexp(groups), *gstart = L.gstart(groups), *ent = L.ent(groups), *ent_e = L.ent_e(groups);
+    int ng = 0, p = 0;
+    for (int e = 0; e < E; e++) {
+        const int first = p;
+        for (int i = 0; i < L.n; i++)
+            if (sel[i] == e) {
+                ent[p] = i;
+                ent_e[p++] = e;
+            }
+        if (p > first) {
+            gexp[ng] = e;
+            gstart[ng++] = first;
+        }
+    }
+    gstart[ng] = p;
+    groups[0] = ng;
+}
+
+// One block: warp w routes tokens w, w+nw, ...; then the block groups the entries.
+static __global__ void select_kernel(const float *__restrict__ logits, const float *__restrict__ bias, int T, int E, int K,
+                                     int G, int topk_group, int renormalize, float scaling, int *sel, float *wts,
+                                     int *__restrict__ groups) {
+    extern __shared__ float sm[];
+    const int nw = blockDim.x >> 5, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float *s = sm + (size_t)w * (2 * E + G), *sp = s + E, *gscore = sp + E;
+    unsigned char *gbytes = (unsigned char *)(sm + (size_t)nw * (2 * E + G));
+    unsigned char *gtaken = gbytes + (size_t)w * G;
+    int *cnt = (int *)(gbytes + (((size_t)nw * G + 3) & ~(size_t)3)), *start = cnt + E, *sel_sh = start + E;
+    for (int t = w; t < T; t += nw) {
+        for (int e = lane; e < E; e += 32) {
+            s[e] = sd_dev_sigmoid(logits[(size_t)t * E + e]);
+            sp[e] = s[e] + bias[e];
+        }
+        __syncwarp();
+        route_warp(s, sp, gscore, gtaken, E, K, G, topk_group, renormalize, scaling, sel + (size_t)t * K, wts + (size_t)t * K);
+        __syncwarp();
+    }
+    for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
+    __syncthreads(); // sel of every token is written
+    const moe_layout L(T, K, E);
+    for (int i = threadIdx.x; i < L.n; i += blockDim.x) {
+        sel_sh[i] = sel[i];
+        atomicAdd(&cnt[sel_sh[i]], 1);
+    }
+    __syncthreads();
+    if (w == 0) { // groups in expert order: a scan of the counts, 32 experts at a time
+        int *gexp = L.gexp(groups), *gstart = L.gstart(groups);
+        int pos = 0, ng = 0;
+        for (int e0 = 0; e0 < E; e0 += 32) {
+            const int e = e0 + lane, c = e < E ? cnt[e] : 0;
+            int v = c;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const int u = __shfl_up_sync(0xffffffffu, v, o);
+                if (lane >= o) v += u;
+            }
+            const unsigned nz = __ballot_sync(0xffffffffu, c > 0);
+            if (c > 0) {
+                const int g = ng + __popc(nz & ((1u << lane) - 1u));
+                start[e] = pos + v - c;
+                gexp[g] = e;
+                gstart[g] = pos + v - c;
+            }
+            pos += __shfl_sync(0xffffffffu, v, 31);
+            ng += __popc(nz);
+        }
+        if (lane == 0) {
+            gstart[ng] = pos;
+            groups[0] = ng;
+        }
+    }
+    __syncthreads();
+    int *ent = L.ent(groups), *ent_e = L.ent_e(groups);
+    for (int i = threadIdx.x; i < L.n; i += blockDim.x) {
+        const int e = sel_sh[i];
+        int rank = 0;
+        for (int i2 = 0; i2 < i; i2++) rank += sel_sh[i2] == e;
+        ent[start[e] + rank] = i;
+        ent_e[start[e] + rank] = e;
+    }
+}
+
+static size_t select_smem(int nw, int T, int K, int E, int G) {
+    return sizeof(float) * (size_t)nw * (2 * (size_t)E + G) + (((size_t)nw * G + 3) & ~(size_t)3) +
+           sizeof(int) * (2 * (size_t)E + (size_t)T * K);
+}
+
+extern "C" sd_code sd_cuda_moe_select(const float *logits, const float *bias, int T, int E, int K, int G, int topk_group,
+                                      bool renormalize, float scaling, int *sel, float *w, int *groups,
+                                      cudaStream_t stream, sd_status *st) {
+    SD_NVTX("sd_cuda_moe_select");
+    sd_code rc = route_check(E, K, G, st);
+    if (rc) return rc;
+    if (T < 1) return SD_OK;
+    int nw = T < 16 ? T : 16;
+    while (nw > 1 && select_smem(nw, T, K, E, G) > 48 * 1024) nw--;
+    const size_t smem = select_smem(nw, T, K, E, G);
+    if (smem > 48 * 1024) return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda moe select: %d experts need %zu bytes of shared memory", E, smem);
+    select_kernel<<<1, nw * 32, smem, stream>>>(logits, bias, T, E, K, G, topk_group, renormalize ? 1 : 0, scaling, sel, w, groups);
+    SD_LAUNCH_CHECK(st);
+    return SD_OK;
+}
+
+// ---------------------------------------------------------------------------- experts
+typedef struct {
+    const sd_cuda_expert *table;
+    const int *groups;
+    int T, K, E, D, Ie;
+    const float *x, *w;
+    float *h, *exp_out;
+    const void *sdw; // shared down (D, sd_cols) or NULL
+    int sd_bf16, sd_cols;
+    const float *hs;
+    int ld_hs;
+    float *shared_out, *out;
+    int accumulate, xfast;
+} moe_params;
+
+// Block: UP_ROWS rows r0.. of the group's expert; warp 2i computes gate row r0+i, warp 2i+1 up
+// row r0+i, over the group's tokens (a whole row's chunks in flight per lane); then the block
+// writes silu(g)·u — the SWIGLU Linear's arithmetic on the same two dots.
+template <int TMAX>
+static __global__ void __launch_bounds__(MOE_WARPS * 32, 2)
+moe_up_kernel(const __grid_constant__ moe_params p, int g_lo, int ent_lo, int ent_hi) {
+    __shared__ float gu[2][UP_ROWS][TMAX];
+    const int g = g_lo + (int)blockIdx.y;
+    if (g >= p.groups[0]) return; // whole block
+    const moe_layout L(p.T, p.K, p.E);
+    const int *gstart = L.gstart(p.groups), *ent = L.ent(p.groups);
+    const int p0 = max(gstart[g], ent_lo), p1 = min(gstart[g + 1], ent_hi);
+    if (p0 >= p1) return;
+    const sd_cuda_expert ex = p.table[L.gexp(p.groups)[g]];
+    const int warp = threadIdx.x >> 5, half = warp & 1, i = warp >> 1, r = blockIdx.x * UP_ROWS + i;
+    const bool live = r < p.Ie; // warp-uniform
+    const bool bf = half ? ex.up_bf16 : ex.gate_bf16;
+    const char *wrow = (const char *)(half ? ex.up : ex.gate) + (size_t)(live ? r : 0) * p.D * (bf ? 2 : 4);
+    for (int q = p0; q < p1; q += TMAX) {
+        const int n = min(TMAX, p1 - q);
+        sd_lin_gather<TMAX> xs;
+        xs.x = p.x;
+        xs.ld = (size_t)p.D;
+#pragma unroll
+        for (int t = 0; t < TMAX; t++) xs.idx[t] = t < n ? ent[q + t] / p.K : 0;
+        float acc[1][TMAX];
+#pragma unroll
+        for (int t = 0; t < TMAX; t++) acc[0][t] = 0.0f;
+        // One token: 10 chunks a lane in flight (a 2560-wide bf16 row at once) within 128 registers.
+        constexpr int U = TMAX == 1 ? 10 : sd_lin_unroll<TMAX>::one;
+        if (live) sd_lin_dot<TMAX, sd_lin_gather<TMAX>, U>(wrow, bf, nullptr, false, p.D, xs, n, p.xfast, acc);
+#pragma unroll
+        for (int t = 0; t < TMAX; t++) {
+            if (t >= n) break;
+            const float v = sd_warp_sum(acc[0][t]);
+            if ((threadIdx.x & 31) == 0) gu[half][i][t] = v;
+        }
+        __syncthreads();
+        if (threadIdx.x < UP_ROWS * TMAX) {
+            const int ii = threadIdx.x / TMAX, t = threadIdx.x % TMAX, rr = blockIdx.x * UP_ROWS + ii;
+            if (t < n && rr < p.Ie) p.h[(size_t)(q + t - ent_lo) * p.Ie + rr] = sd_dev_silu(gu[0][ii][t]) * gu[1][ii][t];
+        }
+        __syncthreads();
+    }
+}
+
+// Unit u of a down launch: a routed entry (u < n_routed: expert ent_e[q], activation row q - ent_lo,
+// output exp_out[ent[q]]) or, when combining, the shared expert of token u - n_routed.
+struct down_unit {
+    const char *w; // row o0 of the unit's down matrix
+    const float *x;
+    float *dst;    // the unit's output at column o0
+    int cols;
+    bool bf16;
+};
+
+__device__ __forceinline__ down_unit down_unit_of(const moe_params &p, const int *ent, const int *ent_e, int ent_lo,
+                                                  int n_routed, int u, int o0) {
+    down_unit d;
+    if (u < n_routed) {
+        const int q = ent_lo + u;
+        const sd_cuda_expert ex = p.table[ent_e[q]];
+        d.bf16 = ex.down_bf16;
+        d.cols = p.Ie;
+        d.w = (const char *)ex.down + (size_t)o0 * p.Ie * (d.bf16 ? 2 : 4);
+        d.x = p.h + (size_t)u * p.Ie;
+        d.dst = p.exp_out + (size_t)ent[q] * p.D + o0;
+    } else {
+        const int t = u - n_routed;
+        d.bf16 = p.sd_bf16;
+        d.cols = p.sd_cols;
+        d.w = (const char *)p.sdw + (size_t)o0 * p.sd_cols * (d.bf16 ? 2 : 4);
+        d.x = p.hs + (size_t)t * p.ld_hs;
+        d.dst = p.shared_out + (size_t)t * p.D + o0;
+    }
+    return d;
+}
+
+// Block: DOWN_ROWS output rows o0.. of every unit; warp w takes units w, w+4, ... and dots the
+// unit's DOWN_ROWS weight rows (contiguous) against its one activation row — one x load feeds all
+// rows, and the warp's next two units are bulk-prefetched while the current one is summed. Then,
+// when combining, the block's warps combine its rows for every token.
+static __global__ void __launch_bounds__(DOWN_WARPS * 32, 3)
+moe_down_kernel(const __grid_constant__ moe_params p, int ent_lo, int ent_hi, int combine) {
+    const int o0 = blockIdx.x * DOWN_ROWS, nrow = min(DOWN_ROWS, p.D - o0), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const moe_layout L(p.T, p.K, p.E);
+    const int *ent = L.ent(p.groups), *ent_e = L.ent_e(p.groups);
+    const int n_routed = ent_hi - ent_lo, n_units = n_routed + (combine && p.sdw ? p.T : 0);
+    // Each warp keeps its next two units' rows streaming into L2.
+    for (int u = warp; lane == 0 && u < n_units && u < warp + 2 * DOWN_WARPS; u += DOWN_WARPS) {
+        const down_unit d = down_unit_of(p, ent, ent_e, ent_lo, n_routed, u, o0);
+        sd_prefetch_l2(d.w, (size_t)nrow * d.cols * (d.bf16 ? 2 : 4));
+    }
+    for (int u = warp; u < n_units; u += DOWN_WARPS) {
+        const down_unit d = down_unit_of(p, ent, ent_e, ent_lo, n_routed, u, o0);
+        if (lane == 0 && u + 2 * DOWN_WARPS < n_units) {
+            const down_unit nx = down_unit_of(p, ent, ent_e, ent_lo, n_routed, u + 2 * DOWN_WARPS, o0);
+            sd_prefetch_l2(nx.w, (size_t)nrow * nx.cols * (nx.bf16 ? 2 : 4));
+        }
+        const size_t pitch = (size_t)d.cols * (d.bf16 ? 2 : 4);
+        const char *wr[DOWN_ROWS];
+#pragma unroll
+        for (int r = 0; r < DOWN_ROWS; r++) wr[r] = d.w + (size_t)(r < nrow ? r : nrow - 1) * pitch; // spare rows repeat the last
+        float acc[DOWN_ROWS][1];
+#pragma unroll
+        for (int r = 0; r < DOWN_ROWS; r++) acc[r][0] = 0.0f;
+        const sd_lin_rows xs = {d.x, 0};
+        const bool xf = ((uintptr_t)d.x & 15) == 0;
+        if (d.bf16 && xf && sd_lin_fast_w<true>(d.w, d.cols)) {
+            sd_lin_dot_fast<1, DOWN_ROWS, true, 2>(wr, d.cols, xs, 1, acc);
+        } else if (!d.bf16 && xf && sd_lin_fast_w<false>(d.w, d.cols)) {
+            sd_lin_dot_fast<1, DOWN_ROWS, false, 1>(wr, d.cols, xs, 1, acc);
+        } else {
+#pragma unroll
+            for (int r = 0; r < DOWN_ROWS; r++) {
+                if (d.bf16) sd_lin_dot_any<1, true>(wr[r], d.cols, xs, 1, acc[r]);
+                else sd_lin_dot_any<1, false>(wr[r], d.cols, xs, 1, acc[r]);
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < DOWN_ROWS; r++) {
+            if (r >= nrow) break;
+            const float v = sd_warp_sum(acc[r][0]);
+            if (lane == 0) d.dst[r] = v;
+        }
+    }
+    if (!combine) return;
+    __syncthreads(); // every unit's outputs of rows o0.. are written (this block, global memory)
+    for (int i = threadIdx.x; i < nrow * p.T; i += blockDim.x) {
+        const int o = o0 + i % nrow, t = i / nrow;
+        float acc = 0.0f;
+        for (int j = 0; j < p.K; j++)
+            acc = __fadd_rn(acc, __fmul_rn(p.w[(size_t)t * p.K + j], p.exp_out[((size_t)t * p.K + j) * p.D + o]));
+        if (p.sdw) acc = __fadd_rn(acc, p.shared_out[(size_t)t * p.D + o]);
+        float *y = p.out + (size_t)t * p.D + o;
+        *y = p.accumulate ? __fadd_rn(*y, acc) : acc;
+    }
+}
+
+static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+static moe_params params_of(const sd_cuda_moe_args *a) {
+    moe_params p;
+    memset(&p, 0, sizeof p);
+    p.table = a->table; p.groups = a->groups;
+    p.T = a->T; p.K = a->K; p.E = a->E; p.D = a->D; p.Ie = a->Ie;
+    p.x = a->x; p.w = a->w; p.h = a->h; p.exp_out = a->exp_out;
+    if (a->shared_down) {
+        p.sdw = a->shared_down->data;
+        p.sd_bf16 = a->shared_down->dtype == SD_DT_BF16;
+        p.sd_cols = a->shared_down->cols;
+    }
+    p.hs = a->hs; p.ld_hs = a->ld_hs; p.shared_out = a->shared_out; p.out = a->out;
+    p.accumulate = a->accumulate;
+    p.xfast = aligned16(a->x) && a->D % 4 == 0;
+    return p;
+}
+
+// Tokens per tile of the expert kernels (a group holds at most T tokens; larger groups loop).
+static int tile_of(int T) { return T <= 1 ? 1 : T <= 2 ? 2 : T <= 4 ? 4 : 8; }
+
+extern "C" sd_code sd_cuda_moe_up(const sd_cuda_moe_args *a, int g_lo, int g_hi, int ent_lo, int ent_hi,
+                                  cudaStream_t stream, sd_status *st) {
+    SD_NVTX("sd_cuda_moe_up");
+    if (a->T < 1 || g_hi <= g_lo || ent_hi <= ent_lo) return SD_OK;
+    const moe_params p = params_of(a);
+    const dim3 grid(sd_ceil_div(a->Ie, UP_ROWS), g_hi - g_lo), block(MOE_WARPS * 32);
+    switch (tile_of(a->T)) {
+    case 1: moe_up_kernel<1><<<grid, block, 0, stream>>>(p, g_lo, ent_lo, ent_hi); break;
+    case 2: moe_up_kernel<2><<<grid, block, 0, stream>>>(p, g_lo, ent_lo, ent_hi); break;
+    case 4: moe_up_kernel<4><<<grid, block, 0, stream>>>(p, g_lo, ent_lo, ent_hi); break;
+    default: moe_up_kernel<8><<<grid, block, 0, stream>>>(p, g_lo, ent_lo, ent_hi); break;
+    }
+    SD_LAUNCH_CHECK(st);
+    return SD_OK;
+}
+
+extern "C" sd_code sd_cuda_moe_down(const sd_cuda_moe_args *a, int ent_lo, int ent_hi, bool combine,
+                                    cudaStream_t stream, sd_status *st) {
+    SD_NVTX("sd_cuda_moe_down");
+    if (a->T < 1 || (ent_hi <= ent_lo && !combine)) return SD_OK;
+    if (a->shared_down && a->shared_down->dtype != SD_DT_BF16 && a->shared_down->dtype != SD_DT_F32)
+        return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda moe: shared down dtype %d", (int)a->shared_down->dtype);
+    const moe_params p = params_of(a);
+    moe_down_kernel<<<sd_ceil_div(a->D, DOWN_ROWS), DOWN_WARPS * 32, 0, stream>>>(p, ent_lo, ent_hi, combine ? 1 : 0);
+    SD_LAUNCH_CHECK(st);
+    return SD_OK;
+}
+
+// ---------------------------------------------------------------------------- dense FFN
 static __global__ void silu_mul_kernel(float *__restrict__ h, const float *__restrict__ h2, size_t n) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         h[i] = sd_dev_silu(h[i]) * h2[i];
@@ -96,75 +483,11 @@ extern "C" sd_code sd_cuda_silu_mul(float *h, const float *h2, size_t n, cudaStr
 extern "C" sd_code sd_cuda_ffn(const sd_ffn_weights *w, const float *x, int T, float *out, float *h1, float *h2,
                                cudaStream_t stream, sd_status *st) {
     SD_NVTX("sd_cuda_ffn");
-    sd_code rc = sd_cuda_linear(&w->gate, x, T, h1, stream, st);
-    if (!rc) rc = sd_cuda_linear(&w->up, x, T, h2, stream, st);
-    if (!rc) rc = sd_cuda_silu_mul(h1, h2, (size_t)T * w->gate.rows, stream, st);
-    if (!rc) rc = sd_cuda_linear(&w->down, h1, T, out, stream, st);
+    (void)h2;
+    const int D = w->gate.cols, I = w->gate.rows;
+    const sd_lin_job up = {.w = &w->gate, .w2 = &w->up, .x = x, .ldx = D, .y = h1, .ldy = I, .mode = SD_LIN_SWIGLU};
+    const sd_lin_job down = {.w = &w->down, .x = h1, .ldx = I, .y = out, .ldy = w->down.rows, .mode = SD_LIN_STORE};
+    sd_code rc = sd_cuda_linear_multi(&up, 1, T, stream, st);
+    if (!rc) rc = sd_cuda_linear_multi(&down, 1, T, stream, st);
     return rc;
-}
-
-// Grid (row blocks of Ie, T·n_slots): slot j = j0 + blockIdx.y % n_slots of token blockIdx.y / n_slots.
-static __global__ void __launch_bounds__(MOE_WARPS * 32)
-experts_up_kernel(const sd_cuda_expert *__restrict__ table, int Ie, int D, const int *__restrict__ sel,
-                  const float *__restrict__ x, int K, int j0, int n_slots, float *__restrict__ h) {
-    const int r = blockIdx.x * MOE_WARPS + (threadIdx.x >> 5);
-    if (r >= Ie) return;
-    const int t = blockIdx.y / n_slots, j = j0 + blockIdx.y % n_slots;
-    const sd_cuda_expert ex = table[sel[(size_t)t * K + j]];
-    const float *xt = x + (size_t)t * D;
-    const float g = sd_warp_dot_dt(ex.gate, ex.gate_bf16, D, r, xt);
-    const float u = sd_warp_dot_dt(ex.up, ex.up_bf16, D, r, xt);
-    if ((threadIdx.x & 31) == 0) h[(size_t)blockIdx.y * Ie + r] = sd_dev_silu(g) * u;
-}
-
-static __global__ void __launch_bounds__(MOE_WARPS * 32)
-experts_down_kernel(const sd_cuda_expert *__restrict__ table, int Ie, int D, const int *__restrict__ sel, int K, int j0,
-                    int n_slots, const float *__restrict__ h, float *__restrict__ exp_out) {
-    const int o = blockIdx.x * MOE_WARPS + (threadIdx.x >> 5);
-    if (o >= D) return;
-    const int t = blockIdx.y / n_slots, j = j0 + blockIdx.y % n_slots;
-    const size_t slot = (size_t)t * K + j;
-    const sd_cuda_expert ex = table[sel[slot]];
-    const float y = sd_warp_dot_dt(ex.down, ex.down_bf16, Ie, o, h + (size_t)blockIdx.y * Ie);
-    if ((threadIdx.x & 31) == 0) exp_out[slot * D + o] = y;
-}
-
-extern "C" sd_code sd_cuda_moe_experts(const sd_cuda_expert *table, int Ie, int D, const int *sel, const float *x, int T,
-                                       int K, float *h, size_t h_cap, float *exp_out, cudaStream_t stream, sd_status *st) {
-    SD_NVTX("sd_cuda_moe_experts");
-    if (T < 1) return SD_OK;
-    const size_t per_slot = (size_t)T * Ie;
-    if (h_cap < per_slot)
-        return sd_fail(st, SD_ERR_USAGE, "cuda moe experts: scratch of %zu floats < %d tokens x %d", h_cap, T, Ie);
-    const int group = (int)(h_cap / per_slot < (size_t)K ? h_cap / per_slot : (size_t)K);
-    for (int j0 = 0; j0 < K; j0 += group) {
-        const int n = K - j0 < group ? K - j0 : group;
-        experts_up_kernel<<<dim3(sd_ceil_div(Ie, MOE_WARPS), T * n), MOE_WARPS * 32, 0, stream>>>(table, Ie, D, sel, x, K, j0, n, h);
-        SD_LAUNCH_CHECK(st);
-        experts_down_kernel<<<dim3(sd_ceil_div(D, MOE_WARPS), T * n), MOE_WARPS * 32, 0, stream>>>(table, Ie, D, sel, K, j0, n, h, exp_out);
-        SD_LAUNCH_CHECK(st);
-    }
-    return SD_OK;
-}
-
-static __global__ void combine_kernel(const float *__restrict__ exp_out, const float *__restrict__ w,
-                                      const float *__restrict__ shared, int T, int K, int D, float *__restrict__ out) {
-    const size_t n = (size_t)T * D;
-    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
-        const size_t t = e / D, i = e % D;
-        float o = 0.0f;
-        for (int j = 0; j < K; j++) o += w[t * K + j] * exp_out[(t * K + j) * D + i];
-        if (shared) o += shared[e];
-        out[e] = o;
-    }
-}
-
-extern "C" sd_code sd_cuda_moe_combine(const float *exp_out, const float *w, const float *shared, int T, int K, int D,
-                                       float *out, cudaStream_t stream, sd_status *st) {
-    SD_NVTX("sd_cuda_moe_combine");
-    if (T < 1) return SD_OK;
-    const size_t n = (size_t)T * D;
-    combine_kernel<<<(int)(n < 256 * 1024 ? (n + 255) / 256 : 1024), 256, 0, stream>>>(exp_out, w, shared, T, K, D, out);
-    SD_LAUNCH_CHECK(st);
-    return SD_OK;
 }

@@ -1,16 +1,24 @@
 // moe.h — SwiGLU FFN and the MoE block on the GPU (MODEL.md "MoE"; the CPU ops: engine/cpu/moe.c).
-// Two expert arms compute the same bits (each output element is the same device dot):
-//   device-table: sd_cuda_moe_experts reads sel from device memory (no host sync; capturable);
-//   eager:        the host reads sel back and runs each expert as sd_cuda_ffn over its tokens.
+//
+// The routed experts run over a GROUPING of the forward's T·K (token, slot) entries by expert:
+// experts ascending, each expert's entries in (token, slot) order — the CPU's grouping. Entry p
+// of the grouping (its position) owns row p of the activation scratch h. Two arms fill the same
+// grouping and run the same device functions per expert, so they produce the same bits:
+//   device-table: sd_cuda_moe_select writes sel, w AND the grouping to device memory; one
+//                 sd_cuda_moe_up and one sd_cuda_moe_down launch run every selected expert (the
+//                 number of groups is read on the device: no host sync; capturable);
+//   eager:        the host reads sel back, builds the grouping (sd_cuda_moe_groups_host) and
+//                 launches up and down once per selected expert, then the combine alone.
 #pragma once
 #include <cuda_runtime_api.h> // cudaStream_t
 #include <stdbool.h>
+#include <stddef.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 #include "status.h"  // sd_code, sd_status
-#include "weights.h" // sd_ffn_weights
+#include "weights.h" // sd_ffn_weights, sd_mat
 
 // One routed expert's matrices (device pointers; gate/up (Ie, D), down (D, Ie)), for the table.
 typedef struct {
@@ -19,30 +27,59 @@ typedef struct {
 } sd_cuda_expert;
 
 // Routing as the CPU's sd_moe_route, one block per token: s = sigmoid(router·b) (F32 router,
-// fixed-order dot), s' = s + bias, grouped top-k with the CPU's tie rules (lower index wins),
-// weights renormalised and scaled. sel, w (T, K) are written to device memory.
+// the fixed-order dot of linear.cuh), s' = s + bias, grouped top-k with the CPU's tie rules
+// (lower index wins), weights renormalised and scaled. sel, w (T, K) are written to device memory.
 sd_code sd_cuda_moe_route(const float *router, const float *bias, const float *b, int T, int E, int D, int K, int G,
                           int topk_group, bool renormalize, float scaling, int *sel, float *w, cudaStream_t stream,
                           sd_status *st);
 
+// The grouping's int layout for T tokens (Gc = min(T·K, E) group slots):
+//   [0] n_groups | [1, 1+Gc) expert of group g | [1+Gc, 2+2Gc) first entry of group g (g <= n_groups,
+//   the last one = T·K) | [2+2Gc, +T·K) entry p's t·K+j | [.., +T·K) entry p's expert.
+size_t sd_cuda_moe_groups_ints(int T, int K, int E);
+// The grouping of host sel (T, K) into groups (host memory, sd_cuda_moe_groups_ints(T, K, E) ints).
+void sd_cuda_moe_groups_host(const int *sel, int T, int K, int E, int *groups);
+
+// The route of sd_cuda_moe_route from router logits (T, E) already computed (the fused router
+// Linear; same dot, hence the same bits): sel, w (T, K), and the grouping into groups (device).
+sd_code sd_cuda_moe_select(const float *logits, const float *bias, int T, int E, int K, int G, int topk_group,
+                           bool renormalize, float scaling, int *sel, float *w, int *groups, cudaStream_t stream,
+                           sd_status *st);
+
+// What the expert launches of one MoE block read and write (device memory).
+typedef struct {
+    const sd_cuda_expert *table; // the layer's E experts
+    const int *groups;           // the grouping (above)
+    int T, K, E, D, Ie;
+    const float *x;              // (T, D) the block's input
+    const float *w;              // (T, K) routing weights
+    float *h;                    // routed activations silu(gate·x)·(up·x): entry p in row p - ent_lo
+    float *exp_out;              // (T, K, D) routed expert outputs, entry t·K+j
+    const sd_mat *shared_down;   // (D, S·Ie), or NULL: no shared expert
+    const float *hs;             // (T, ld_hs) shared activations (silu(gate·x)·(up·x))
+    int ld_hs;
+    float *shared_out;           // (T, D) scratch: the shared expert's output
+    float *out;                  // (T, D)
+    bool accumulate;             // out += MoE(x) (the residual add fused) instead of out = MoE(x)
+} sd_cuda_moe_args;
+
+// Activations of the entries ent_lo .. ent_hi-1 of groups g_lo .. g_hi-1 (clipped to the
+// grouping's count on the device): h row (p - ent_lo) = silu(gate_e·x_t)·(up_e·x_t).
+sd_code sd_cuda_moe_up(const sd_cuda_moe_args *a, int g_lo, int g_hi, int ent_lo, int ent_hi, cudaStream_t stream,
+                       sd_status *st);
+// exp_out of entries ent_lo .. ent_hi-1 (down_e · h row); then, when combine: the shared expert
+// (down_shared · hs_t) and out[t] (=, or +=) Σ_j w[t·K+j]·exp_out[t·K+j] (j from 0) + shared[t]
+// — the CPU's order. Entries of earlier launches must already be in exp_out.
+sd_code sd_cuda_moe_down(const sd_cuda_moe_args *a, int ent_lo, int ent_hi, bool combine, cudaStream_t stream,
+                         sd_status *st);
+
 // h ← silu(h) ⊙ h2 over n elements.
 sd_code sd_cuda_silu_mul(float *h, const float *h2, size_t n, cudaStream_t stream, sd_status *st);
 
-// out = down·(silu(gate·x) ⊙ up·x) for T tokens (dense FFN, one expert, the shared experts);
-// h1, h2 (T, width) scratch.
+// out = down·(silu(gate·x) ⊙ up·x) for T tokens (dense FFN, the shared experts): two launches
+// (gate+up+silu fused, then down); h1 (T, width) scratch, h2 unused (kept for the interface).
 sd_code sd_cuda_ffn(const sd_ffn_weights *w, const float *x, int T, float *out, float *h1, float *h2,
                     cudaStream_t stream, sd_status *st);
-
-// Device-table arm: for every (token t, slot j), expert e = sel[t·K+j] of table (E entries, device
-// memory) runs on x[t] (x (T, D)); exp_out[(t·K+j)·D ..] = its output. h is scratch of h_cap floats
-// (>= T·Ie); slots are processed in groups of h_cap / (T·Ie).
-sd_code sd_cuda_moe_experts(const sd_cuda_expert *table, int Ie, int D, const int *sel, const float *x, int T, int K,
-                            float *h, size_t h_cap, float *exp_out, cudaStream_t stream, sd_status *st);
-
-// out[t] = Σ_j w[t·K+j] · exp_out[t·K+j] (j in selection order, from 0), then + shared[t] when
-// shared is not NULL.
-sd_code sd_cuda_moe_combine(const float *exp_out, const float *w, const float *shared, int T, int K, int D, float *out,
-                            cudaStream_t stream, sd_status *st);
 
 #ifdef __cplusplus
 }

@@ -1,11 +1,13 @@
-// upload.c — a host model onto one device: the weight arena copied as one allocation, every
-// tensor pointer rebased, the routed experts' pointers gathered into a device table, and the
-// backend object that the device model's forward, sync and free go through.
+// upload.c — a device model: the weight arena as ONE device allocation with the host layout,
+// every tensor pointer set into it, the bytes written by a source (a host model's arena copied
+// here; the device generator in synth_device.c), the routed experts' pointers gathered into a
+// device table, and the backend object that the device model's forward, sync and free go through.
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"         // SD_CUDA_CHECK
 #include "cuda_internal.h" // sd_cuda_init_allocator, sd_cuda_sync, sd_cuda_forward
+#include "cuda_model.h"    // sd_cuda_weight_source, sd_cuda_model_create
 
 static void cuda_free_model(sd_model *m);
 
@@ -36,42 +38,32 @@ static void cuda_free_model(sd_model *m) {
     sd_weights_free(&m->w);
 }
 
-// device pointer of a host tensor pointer p inside the host arena.
-static const void *rebase(const sd_weights *hw, const sd_cuda_backend *b, const void *p) {
-    return (const char *)b->arena + ((const char *)p - (const char *)hw->arena);
+static size_t spec_bytes(const sd_weight_spec *s) {
+    return (size_t)s->shape[0] * (size_t)(s->ndim == 2 ? s->shape[1] : 1) * sd_dtype_size(s->dtype);
 }
+static size_t round64(size_t n) { return (n + 63) & ~(size_t)63; }
 
-static bool in_arena(const sd_weights *hw, const void *p, size_t bytes) {
-    const char *lo = hw->arena, *c = p;
-    return c >= lo && c + bytes <= lo + hw->arena_bytes;
-}
-
-// Point every destination of dev->w (planned for the same config) at the device copy.
-static sd_code rebase_all(const sd_model *host, sd_model *dev, const sd_cuda_backend *b, sd_status *st) {
-    const sd_weights *hw = &host->w;
-    sd_weights *dw = &dev->w;
-    if (hw->n_specs != dw->n_specs)
-        return sd_fail(st, SD_ERR_DATA, "cuda upload: host model has %d tensors, its config plans %d", hw->n_specs, dw->n_specs);
-    for (int i = 0; i < dw->n_specs; i++) {
-        const sd_weight_spec *hs = &hw->specs[i];
-        sd_weight_spec *ds = &dw->specs[i];
-        const void *hp = sd_weight_data(hs);
-        size_t bytes = (size_t)hs->shape[0] * (size_t)(hs->ndim == 2 ? hs->shape[1] : 1) * sd_dtype_size(hs->dtype);
-        if (strcmp(hs->name, ds->name) != 0 || hs->keep_dtype != ds->keep_dtype)
-            return sd_fail(st, SD_ERR_DATA, "cuda upload: tensor %d is '%s' on the host, '%s' in the plan", i, hs->name, ds->name);
-        if (!hp || !in_arena(hw, hp, bytes))
-            return sd_fail(st, SD_ERR_DATA, "cuda upload: tensor '%s' is not inside the host weight arena", hs->name);
-        ds->dtype = hs->dtype;
-        if (ds->keep_dtype) {
-            ds->mat->data = rebase(hw, b, hp);
-            ds->mat->dtype = hs->dtype;
+// The device arena of w (dtypes set) with sd_weights_alloc's layout; every destination points
+// into it (device pointers).
+static sd_code arena_alloc(sd_weights *w, sd_cuda_backend *b, sd_status *st) {
+    size_t total = 0;
+    for (int i = 0; i < w->n_specs; i++) total += round64(spec_bytes(&w->specs[i]));
+    SD_CUDA_CHECK(st, cudaMalloc(&b->arena, total ? total : 64));
+    b->arena_bytes = total;
+    char *p = b->arena;
+    for (int i = 0; i < w->n_specs; i++) {
+        sd_weight_spec *s = &w->specs[i];
+        if (s->keep_dtype) {
+            s->mat->data = p;
+            s->mat->dtype = s->dtype;
         } else {
-            *ds->vec = (float *)rebase(hw, b, hp);
+            *s->vec = (float *)p;
         }
+        p += round64(spec_bytes(s));
     }
-    if (!dw->lm_head.data) dw->lm_head = dw->embed; // tied head (weights.c does the same)
-    dw->arena = b->arena;
-    dw->arena_bytes = b->arena_bytes;
+    if (!w->lm_head.data) w->lm_head = w->embed; // tied head (weights.c does the same)
+    w->arena = b->arena;
+    w->arena_bytes = total;
     return SD_OK;
 }
 
@@ -102,23 +94,23 @@ static sd_code upload_expert_table(const sd_model *dev, sd_cuda_backend *b, sd_s
     return rc;
 }
 
-static sd_code upload(const sd_model *host, int device, sd_model *dev, sd_cuda_backend *b, sd_status *st) {
+static sd_code create(const sd_config *cfg, int device, const sd_cuda_weight_source *src, sd_model *dev,
+                      sd_cuda_backend *b, sd_status *st) {
     b->device = device;
     b->moe_arm = SD_CUDA_MOE_DEVICE_TABLE;
     SD_CUDA_CHECK(st, cudaSetDevice(device));
     sd_code rc = sd_cuda_device_name(device, b->device_name, sizeof b->device_name, st);
     if (rc) return rc;
     SD_CUDA_CHECK(st, cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking));
-    b->arena_bytes = host->w.arena_bytes;
-    SD_CUDA_CHECK(st, cudaMalloc(&b->arena, b->arena_bytes ? b->arena_bytes : 64));
-    SD_CUDA_CHECK(st, cudaMemcpy(b->arena, host->w.arena, b->arena_bytes, cudaMemcpyHostToDevice));
 
-    dev->cfg = host->cfg;
-    memcpy(dev->config_sha256, host->config_sha256, sizeof dev->config_sha256);
-    memcpy(dev->weights_sha256, host->weights_sha256, sizeof dev->weights_sha256);
+    dev->cfg = *cfg;
     rc = sd_weights_plan(&dev->cfg, &dev->w, st);
-    if (!rc) rc = rebase_all(host, dev, b, st);
-    if (!rc) rc = upload_expert_table(dev, b, st);
+    if (!rc) rc = src->set_dtypes(src->ctx, &dev->w, st);
+    if (!rc) rc = arena_alloc(&dev->w, b, st);
+    if (!rc) rc = src->fill(src->ctx, dev, b->stream, st);
+    if (rc) return rc;
+    SD_CUDA_CHECK(st, cudaStreamSynchronize(b->stream));
+    rc = upload_expert_table(dev, b, st);
     if (rc) return rc;
 
     sd_cuda_init_allocator(b);
@@ -128,14 +120,14 @@ static sd_code upload(const sd_model *host, int device, sd_model *dev, sd_cuda_b
     return SD_OK;
 }
 
-sd_code sd_cuda_model_upload_on(const sd_model *host, int device, sd_model *dev, sd_status *st) {
+sd_code sd_cuda_model_create(const sd_config *cfg, int device, const sd_cuda_weight_source *src, sd_model *dev,
+                             sd_status *st) {
     memset(dev, 0, sizeof *dev);
-    if (host->backend) return sd_fail(st, SD_ERR_USAGE, "cuda upload: the source model must be a host model");
     if (device < 0 || device >= sd_cuda_device_count())
-        return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda upload: device %d not present (%d visible)", device, sd_cuda_device_count());
+        return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda model: device %d not present (%d visible)", device, sd_cuda_device_count());
     sd_cuda_backend *b = calloc(1, sizeof *b);
-    if (!b) return sd_fail(st, SD_ERR_SYS, "cuda upload: out of memory");
-    sd_code rc = upload(host, device, dev, b, st);
+    if (!b) return sd_fail(st, SD_ERR_SYS, "cuda model: out of memory");
+    sd_code rc = create(cfg, device, src, dev, b, st);
     if (rc) {
         dev->w.arena = NULL;
         sd_weights_free(&dev->w);
@@ -143,6 +135,59 @@ sd_code sd_cuda_model_upload_on(const sd_model *host, int device, sd_model *dev,
         memset(dev, 0, sizeof *dev);
     }
     return rc;
+}
+
+// ---------------------------------------------------------------------------- upload
+static bool in_arena(const sd_weights *hw, const void *p, size_t bytes) {
+    const char *lo = hw->arena, *c = p;
+    return c >= lo && c + bytes <= lo + hw->arena_bytes;
+}
+
+// The plan must name the host model's tensors in the same order; dtypes are the host's.
+static sd_code host_dtypes(void *ctx, sd_weights *dw, sd_status *st) {
+    const sd_weights *hw = &((const sd_model *)ctx)->w;
+    if (hw->n_specs != dw->n_specs)
+        return sd_fail(st, SD_ERR_DATA, "cuda upload: host model has %d tensors, its config plans %d", hw->n_specs, dw->n_specs);
+    for (int i = 0; i < dw->n_specs; i++) {
+        const sd_weight_spec *hs = &hw->specs[i];
+        sd_weight_spec *ds = &dw->specs[i];
+        if (strcmp(hs->name, ds->name) != 0 || hs->keep_dtype != ds->keep_dtype)
+            return sd_fail(st, SD_ERR_DATA, "cuda upload: tensor %d is '%s' on the host, '%s' in the plan", i, hs->name, ds->name);
+        if (!sd_weight_data(hs) || !in_arena(hw, sd_weight_data(hs), spec_bytes(hs)))
+            return sd_fail(st, SD_ERR_DATA, "cuda upload: tensor '%s' is not inside the host weight arena", hs->name);
+        ds->dtype = hs->dtype;
+    }
+    return SD_OK;
+}
+
+// One copy of the whole arena when the host layout is the device's (always, for arenas made by
+// sd_weights_alloc); otherwise tensor by tensor.
+static sd_code host_fill(void *ctx, const sd_model *dev, cudaStream_t stream, sd_status *st) {
+    (void)stream;
+    const sd_weights *hw = &((const sd_model *)ctx)->w, *dw = &dev->w;
+    bool same = hw->arena_bytes == dw->arena_bytes;
+    for (int i = 0; same && i < dw->n_specs; i++)
+        same = (const char *)sd_weight_data(&hw->specs[i]) - (const char *)hw->arena ==
+               (const char *)sd_weight_data(&dw->specs[i]) - (const char *)dw->arena;
+    if (same) {
+        SD_CUDA_CHECK(st, cudaMemcpy(dw->arena, hw->arena, dw->arena_bytes, cudaMemcpyHostToDevice));
+        return SD_OK;
+    }
+    for (int i = 0; i < dw->n_specs; i++)
+        SD_CUDA_CHECK(st, cudaMemcpy((void *)sd_weight_data(&dw->specs[i]), sd_weight_data(&hw->specs[i]),
+                                     spec_bytes(&hw->specs[i]), cudaMemcpyHostToDevice));
+    return SD_OK;
+}
+
+sd_code sd_cuda_model_upload_on(const sd_model *host, int device, sd_model *dev, sd_status *st) {
+    memset(dev, 0, sizeof *dev);
+    if (host->backend) return sd_fail(st, SD_ERR_USAGE, "cuda upload: the source model must be a host model");
+    const sd_cuda_weight_source src = {.set_dtypes = host_dtypes, .fill = host_fill, .ctx = (void *)host};
+    sd_code rc = sd_cuda_model_create(&host->cfg, device, &src, dev, st);
+    if (rc) return rc;
+    memcpy(dev->config_sha256, host->config_sha256, sizeof dev->config_sha256);
+    memcpy(dev->weights_sha256, host->weights_sha256, sizeof dev->weights_sha256);
+    return SD_OK;
 }
 
 sd_code sd_cuda_model_upload(const sd_model *host, sd_model *dev, sd_status *st) {

@@ -2,15 +2,16 @@
 // kernel on the model's stream (kernels/*.h). Tokens go up through pinned memory, logits come
 // back at the end; the only other host syncs are the level-2 trace buckets, the route readback
 // of the eager MoE arm, and opts->on_route.
+#include <stdlib.h>
 #include <string.h>
 #include "check.h"         // SD_CUDA_CHECK
 #include "cuda_internal.h" // sd_cuda_state_is_ours
 #include "cuda_layers.h"   // sd_cuda_kda_forward, sd_cuda_mla_forward, sd_cuda_moe_forward
 #include "kda.h"           // sd_cuda_kda_conv, _gates, _scan, _out
-#include "linear.h"        // sd_cuda_linear
+#include "linear.h"        // sd_cuda_linear, sd_cuda_linear_multi
 #include "mla.h"           // sd_cuda_mla_cache_write, sd_cuda_mla_attend
-#include "moe.h"           // sd_cuda_moe_route, sd_cuda_ffn, sd_cuda_moe_experts, sd_cuda_moe_combine
-#include "rows.h"          // sd_cuda_embed, sd_cuda_rmsnorm, sd_cuda_add
+#include "moe.h"           // sd_cuda_moe_select, sd_cuda_moe_up, sd_cuda_moe_down, sd_cuda_moe_groups_host
+#include "rows.h"          // sd_cuda_embed, sd_cuda_rmsnorm
 
 #define TRY(call)                      \
     do {                               \
@@ -20,56 +21,95 @@
 
 // Level-2 buckets: drain this stream first, so device time lands in the bucket whatever sync the
 // burst carries (trace_bucket_* sync again through it; the second drain is free).
+// Event mode (tb->events) records events instead and drains nothing.
 static uint64_t bucket_start(sd_cuda_backend *b, trace_burst *tb) {
-    if (tb && tb->level >= 2) cudaStreamSynchronize(b->stream);
+    if (tb && tb->level >= 2 && !tb->events) cudaStreamSynchronize(b->stream);
     return trace_bucket_start(tb);
 }
 static void bucket_stop(sd_cuda_backend *b, trace_burst *tb, trace_bucket which, uint64_t t0) {
-    if (tb && tb->level >= 2) cudaStreamSynchronize(b->stream);
+    if (tb && tb->level >= 2 && !tb->events) cudaStreamSynchronize(b->stream);
     trace_bucket_stop(tb, which, t0);
 }
 
-sd_code sd_cuda_kda_forward(sd_cuda_backend *b, const sd_kda_weights *w, const sd_config *c, sd_state *s, int layer,
-                            const float *a, int T, float *out, trace_burst *tb, sd_status *st) {
+// Where a sublayer's output goes: out = f(a) (the op-test interface), or out += f(a) when out
+// is the residual stream (the add fused into the output projection's launch).
+static sd_lin_mode out_mode(bool accumulate) { return accumulate ? SD_LIN_ADD : SD_LIN_STORE; }
+
+static sd_lin_job job(const sd_mat *w, const float *x, float *y, sd_lin_mode mode) {
+    return (sd_lin_job){.w = w, .x = x, .ldx = w->cols, .y = y, .ldy = w->rows, .mode = mode};
+}
+
+// A sublayer's first launch: its input a = rmsnorm(h) computed by the same launch (norm), or
+// already in memory (norm NULL: the op-test interface).
+static sd_code first_launch(const sd_lin_job *jobs, int n, int T, const sd_lin_norm *norm, cudaStream_t q, sd_status *st) {
+    return norm ? sd_cuda_linear_multi_norm(jobs, n, T, norm, q, st) : sd_cuda_linear_multi(jobs, n, T, q, st);
+}
+
+// KDA: the six projections of a in one launch (q, k, v, f_a, b, g_a), conv, the two low-rank
+// second halves in one launch (f_b, g_b), gates, the recurrence, the gated norm, o_proj.
+static sd_code kda_mixer(sd_cuda_backend *b, const sd_kda_weights *w, const sd_config *c, sd_state *s, int layer,
+                         const float *a, int T, float *out, bool accumulate, const sd_lin_norm *norm, trace_burst *tb,
+                         sd_status *st) {
     const int H = c->kda_num_heads, d = c->kda_head_dim, W = c->short_conv_kernel_size;
     const int pos0 = sd_state_next_pos(s);
     cudaStream_t q = b->stream;
     sd_scratch *x = &s->scratch;
-    TRY(sd_cuda_linear(&w->q, a, T, x->q, q, st));
-    TRY(sd_cuda_linear(&w->k, a, T, x->k, q, st));
-    TRY(sd_cuda_linear(&w->v, a, T, x->v, q, st));
+    const sd_lin_job in[] = {job(&w->q, a, x->q, SD_LIN_STORE),     job(&w->k, a, x->k, SD_LIN_STORE),
+                             job(&w->v, a, x->v, SD_LIN_STORE),     job(&w->f_a, a, x->fa, SD_LIN_STORE),
+                             job(&w->b, a, x->beta, SD_LIN_STORE),  job(&w->g_a, a, x->ga, SD_LIN_STORE)};
+    TRY(first_launch(in, 6, T, norm, q, st));
     TRY(sd_cuda_kda_conv(s->kda[layer].conv, s->max_T + W - 1, x->q, x->k, x->v, w->q_conv, w->k_conv, w->v_conv, T, H,
                          d, W, pos0, x->qc, x->kc, x->vc, q, st));
+    const sd_lin_job low[] = {job(&w->f_b, x->fa, x->gate, SD_LIN_STORE), job(&w->g_b, x->ga, x->gb, SD_LIN_STORE)};
+    TRY(sd_cuda_linear_multi(low, 2, T, q, st));
     // Gates: g = -exp(A_log) · softplus(f_b·(f_a·a) + dt_bias), β = sigmoid(b·a).
-    TRY(sd_cuda_linear(&w->f_a, a, T, x->fa, q, st));
-    TRY(sd_cuda_linear(&w->f_b, x->fa, T, x->gate, q, st));
-    TRY(sd_cuda_linear(&w->b, a, T, x->beta, q, st));
     TRY(sd_cuda_kda_gates(x->gate, x->beta, w->A_log, w->dt_bias, T, H, d, q, st));
     // The recurrence: state slots pos0+1 .. pos0+T.
     uint64_t t_scan = bucket_start(b, tb);
     TRY(sd_cuda_kda_scan(s->kda[layer].S, s->max_T + 1, pos0, T, H, d, x->qc, x->kc, x->vc, x->gate, x->beta, x->y, q, st));
     bucket_stop(b, tb, TRACE_BUCKET_SCAN, t_scan);
     // Output: rmsnorm(o_h, o_norm) ⊙ sigmoid(g_b·(g_a·a)), then o_proj.
-    TRY(sd_cuda_linear(&w->g_a, a, T, x->ga, q, st));
-    TRY(sd_cuda_linear(&w->g_b, x->ga, T, x->gb, q, st));
     TRY(sd_cuda_kda_out(x->y, x->gb, w->o_norm, c->rms_norm_eps, T, H, d, q, st));
-    return sd_cuda_linear(&w->o, x->y, T, out, q, st);
+    const sd_lin_job o = job(&w->o, x->y, out, out_mode(accumulate));
+    return sd_cuda_linear_multi(&o, 1, T, q, st);
 }
 
-sd_code sd_cuda_mla_forward(sd_cuda_backend *b, const sd_mla_weights *w, const sd_config *c, sd_state *s, int layer,
-                            const float *a, int T, float *out, sd_status *st) {
+sd_code sd_cuda_kda_forward(sd_cuda_backend *b, const sd_kda_weights *w, const sd_config *c, sd_state *s, int layer,
+                            const float *a, int T, float *out, trace_burst *tb, sd_status *st) {
+    return kda_mixer(b, w, c, s, layer, a, T, out, false, NULL, tb, st);
+}
+
+// MLA: q and kv_a in one launch, the cache write, the absorbed attention, o_proj.
+static sd_code mla_mixer(sd_cuda_backend *b, const sd_mla_weights *w, const sd_config *c, sd_state *s, int layer,
+                         const float *a, int T, float *out, bool accumulate, const sd_lin_norm *norm, sd_status *st) {
     const int Hm = c->num_attention_heads, R = c->kv_lora_rank, dn = c->qk_nope_head_dim;
     const int dr = c->qk_rope_head_dim, dv = c->v_head_dim;
     const int pos0 = sd_state_next_pos(s);
     cudaStream_t q = b->stream;
     sd_scratch *x = &s->scratch;
     sd_mla_state *m = &s->mla[layer];
-    TRY(sd_cuda_linear(&w->q, a, T, x->mq, q, st));
-    TRY(sd_cuda_linear(&w->kv_a, a, T, x->kv, q, st));
+    const sd_lin_job in[] = {job(&w->q, a, x->mq, SD_LIN_STORE), job(&w->kv_a, a, x->kv, SD_LIN_STORE)};
+    TRY(first_launch(in, 2, T, norm, q, st));
     TRY(sd_cuda_mla_cache_write(x->kv, w->kv_a_norm, c->rms_norm_eps, T, R, dr, pos0, m->c, m->kpe, x->mq, Hm, dn,
                                 !c->mla_use_nope, c->rope_theta, q, st));
     TRY(sd_cuda_mla_attend(x->mq, &w->kv_b, m->c, m->kpe, T, Hm, dn, dr, dv, R, pos0, x->mo, q, st));
-    return sd_cuda_linear(&w->o, x->mo, T, out, q, st);
+    const sd_lin_job o = job(&w->o, x->mo, out, out_mode(accumulate));
+    return sd_cuda_linear_multi(&o, 1, T, q, st);
+}
+
+sd_code sd_cuda_mla_forward(sd_cuda_backend *b, const sd_mla_weights *w, const sd_config *c, sd_state *s, int layer,
+                            const float *a, int T, float *out, sd_status *st) {
+    return mla_mixer(b, w, c, s, layer, a, T, out, false, NULL, st);
+}
+
+// Dense SwiGLU FFN: gate+up+silu in one launch, down (+ the residual add) in another.
+static sd_code dense_ffn(sd_cuda_backend *b, const sd_ffn_weights *w, const float *a, int T, float *h, float *out,
+                         bool accumulate, const sd_lin_norm *norm, sd_status *st) {
+    sd_lin_job up = job(&w->gate, a, h, SD_LIN_SWIGLU);
+    up.w2 = &w->up;
+    TRY(first_launch(&up, 1, T, norm, b->stream, st));
+    const sd_lin_job down = job(&w->down, h, out, out_mode(accumulate));
+    return sd_cuda_linear_multi(&down, 1, T, b->stream, st);
 }
 
 // The (T, width) FFN scratch of state.h: width = max(I, S·Ie, Ie).
@@ -103,82 +143,98 @@ static sd_code read_route(sd_cuda_backend *b, const sd_state *s, int T, int K, s
     return SD_OK;
 }
 
-// Eager arm: each selected expert once over the tokens that chose it (the CPU's grouping), rows
-// gathered into xg and its outputs scattered to exp_out[t][j].
-static sd_code moe_experts_eager(sd_cuda_backend *b, const sd_moe_weights *w, const sd_config *c, sd_state *s,
-                                 const float *xin, int T, sd_status *st) {
-    const int E = c->num_experts, K = c->num_experts_per_token, D = c->hidden_size;
-    const size_t row = sizeof(float) * (size_t)D;
+// Eager arm: the host reads sel back, groups the entries by expert (the CPU's grouping), and
+// launches each selected expert (up, then down into exp_out) over its tokens; then the combine.
+static sd_code moe_experts_eager(sd_cuda_backend *b, sd_state *s, const sd_cuda_moe_args *ma, sd_status *st) {
+    const int T = ma->T, K = ma->K, E = ma->E;
+    TRY(read_route(b, s, T, K, st));
+    const size_t n_int = sd_cuda_moe_groups_ints(T, K, E);
+    int *groups = malloc(n_int * sizeof *groups);
+    if (!groups) return sd_fail(st, SD_ERR_SYS, "cuda moe: out of memory for the grouping");
+    sd_cuda_moe_groups_host(b->sel_host, T, K, E, groups);
+    // Pageable source: the copy is staged before the call returns, so groups may be freed.
+    cudaError_t e = cudaMemcpyAsync((void *)ma->groups, groups, n_int * sizeof(int), cudaMemcpyHostToDevice, b->stream);
+    const int n_ent = T * K, gc = n_ent < E ? n_ent : E, *gstart = groups + 1 + gc;
+    sd_code rc = e == cudaSuccess ? SD_OK : sd_fail(st, SD_ERR_SYS, "cuda moe: grouping upload: %s", cudaGetErrorString(e));
+    for (int g = 0; !rc && g < groups[0]; g++) { // h row 0 is the group's first entry
+        rc = sd_cuda_moe_up(ma, g, g + 1, gstart[g], gstart[g + 1], b->stream, st);
+        if (!rc) rc = sd_cuda_moe_down(ma, gstart[g], gstart[g + 1], false, b->stream, st);
+    }
+    free(groups);
+    if (rc) return rc;
+    return sd_cuda_moe_down(ma, 0, 0, true, b->stream, st);
+}
+
+// MoE block: the router logits and the shared expert's gate+up+silu in one launch, then the
+// selection (sel, w and the grouping), the routed experts and the combine (+ the residual add).
+static sd_code moe_block(sd_cuda_backend *b, const sd_moe_weights *w, const sd_config *c, sd_state *s, int layer,
+                         const float *xin, int T, float *out, bool accumulate, const sd_lin_norm *norm, sd_status *st) {
+    const int E = c->num_experts, K = c->num_experts_per_token, D = c->hidden_size, Ie = c->moe_intermediate_size;
     cudaStream_t q = b->stream;
     sd_scratch *x = &s->scratch;
-    TRY(read_route(b, s, T, K, st));
-    int rows_t[T * K], rows_j[T * K];
-    for (int e = 0; e < E; e++) {
-        int n = 0;
-        for (int t = 0; t < T; t++)
-            for (int j = 0; j < K; j++)
-                if (b->sel_host[(size_t)t * K + j] == e) {
-                    rows_t[n] = t;
-                    rows_j[n] = j;
-                    SD_CUDA_CHECK(st, cudaMemcpyAsync(x->xg + (size_t)n * D, xin + (size_t)t * D, row, cudaMemcpyDeviceToDevice, q));
-                    n++;
-                }
-        if (!n) continue;
-        TRY(sd_cuda_ffn(&w->experts[e], x->xg, n, x->yg, x->ffn_h1, x->ffn_h2, q, st));
-        for (int r = 0; r < n; r++)
-            SD_CUDA_CHECK(st, cudaMemcpyAsync(x->exp_out + ((size_t)rows_t[r] * K + rows_j[r]) * D, x->yg + (size_t)r * D,
-                                              row, cudaMemcpyDeviceToDevice, q));
+    const sd_mat router = {.dtype = SD_DT_F32, .rows = E, .cols = D, .data = w->router};
+    const bool shared = c->num_shared_experts > 0;
+    sd_lin_job in[2] = {job(&router, xin, x->router, SD_LIN_STORE)};
+    if (shared) {
+        in[1] = job(&w->shared.gate, xin, x->ffn_h2, SD_LIN_SWIGLU);
+        in[1].w2 = &w->shared.up;
+    }
+    TRY(first_launch(in, shared ? 2 : 1, T, norm, q, st));
+    // The grouping lives in the gather scratch xg (T·D floats), unused otherwise.
+    if (sd_cuda_moe_groups_ints(T, K, E) > (size_t)T * D)
+        return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda moe: the expert grouping of %d tokens needs %zu ints > %d", T,
+                       sd_cuda_moe_groups_ints(T, K, E), T * D);
+    int *groups = (int *)x->xg;
+    TRY(sd_cuda_moe_select(x->router, w->bias, T, E, K, c->num_expert_group, c->topk_group, c->moe_renormalize,
+                           c->routed_scaling_factor, x->sel, x->w, groups, q, st));
+    sd_cuda_moe_args ma = {.table = b->experts + (size_t)(layer - c->first_k_dense_replace) * E, .groups = groups,
+                           .T = T, .K = K, .E = E, .D = D, .Ie = Ie, .x = xin, .w = x->w, .h = x->ffn_h1,
+                           .exp_out = x->exp_out, .shared_down = shared ? &w->shared.down : NULL, .hs = x->ffn_h2,
+                           .ld_hs = shared ? w->shared.gate.rows : 0, .shared_out = x->yg, .out = out,
+                           .accumulate = accumulate};
+    if (b->moe_arm == SD_CUDA_MOE_EAGER) return moe_experts_eager(b, s, &ma, st);
+    // Device table: every entry's activation row in ffn_h1, in passes when it holds fewer rows.
+    const int n_ent = T * K, gc = n_ent < E ? n_ent : E;
+    const int per_pass = (int)(ffn_scratch_floats(c, s->max_T) / (size_t)Ie);
+    if (per_pass < 1) return sd_fail(st, SD_ERR_USAGE, "cuda moe: FFN scratch below one expert row");
+    for (int lo = 0; lo < n_ent; lo += per_pass) {
+        const int hi = n_ent - lo < per_pass ? n_ent : lo + per_pass;
+        TRY(sd_cuda_moe_up(&ma, 0, gc, lo, hi, q, st));
+        TRY(sd_cuda_moe_down(&ma, lo, hi, hi == n_ent, q, st));
     }
     return SD_OK;
 }
 
 sd_code sd_cuda_moe_forward(sd_cuda_backend *b, const sd_moe_weights *w, const sd_config *c, sd_state *s, int layer,
                             const float *xin, int T, float *out, sd_status *st) {
-    const int E = c->num_experts, K = c->num_experts_per_token, D = c->hidden_size;
-    cudaStream_t q = b->stream;
-    sd_scratch *x = &s->scratch;
-    TRY(sd_cuda_moe_route(w->router, w->bias, xin, T, E, D, K, c->num_expert_group, c->topk_group, c->moe_renormalize,
-                          c->routed_scaling_factor, x->sel, x->w, q, st));
-    if (b->moe_arm == SD_CUDA_MOE_EAGER) {
-        TRY(moe_experts_eager(b, w, c, s, xin, T, st));
-    } else {
-        const sd_cuda_expert *table = b->experts + (size_t)(layer - c->first_k_dense_replace) * E;
-        TRY(sd_cuda_moe_experts(table, c->moe_intermediate_size, D, x->sel, xin, T, K, x->ffn_h1,
-                                ffn_scratch_floats(c, s->max_T), x->exp_out, q, st));
-    }
-    const float *shared = NULL;
-    if (c->num_shared_experts > 0) {
-        TRY(sd_cuda_ffn(&w->shared, xin, T, x->yg, x->ffn_h1, x->ffn_h2, q, st));
-        shared = x->yg;
-    }
-    return sd_cuda_moe_combine(x->exp_out, x->w, shared, T, K, D, out, q, st);
+    return moe_block(b, w, c, s, layer, xin, T, out, false, NULL, st);
 }
 
-// One layer: h += mixer(rmsnorm(h)); h += ffn(rmsnorm(h)) (model.c layer_forward).
+// One layer: h += mixer(rmsnorm(h)); h += ffn(rmsnorm(h)) (model.c layer_forward): each norm
+// fused into the sublayer's first launch (sd_cuda_linear_multi_norm: bitwise sd_cuda_rmsnorm),
+// each add into the launch that writes the sublayer's output.
 static sd_code layer_forward(sd_cuda_backend *b, const sd_model *m, sd_state *s, int i, int T,
                              const sd_forward_opts *opts, sd_status *st) {
     const sd_config *c = &m->cfg;
     const sd_layer_weights *ly = &m->w.layers[i];
     sd_scratch *x = &s->scratch;
     const int D = c->hidden_size;
-    cudaStream_t q = b->stream;
     trace_burst *tb = opts ? opts->trace : NULL;
 
-    TRY(sd_cuda_rmsnorm(x->x, ly->input_norm, T, D, c->rms_norm_eps, x->a, q, st));
+    const sd_lin_norm in_norm = {.x = x->x, .w = ly->input_norm, .eps = c->rms_norm_eps, .n = D, .out = x->a};
     uint64_t t0 = bucket_start(b, tb);
     if (ly->mixer == SD_MIXER_KDA) {
-        TRY(sd_cuda_kda_forward(b, &ly->kda, c, s, i, x->a, T, x->mix, tb, st));
+        TRY(kda_mixer(b, &ly->kda, c, s, i, x->a, T, x->x, true, &in_norm, tb, st));
         bucket_stop(b, tb, TRACE_BUCKET_VKDA, t0);
     } else {
-        TRY(sd_cuda_mla_forward(b, &ly->mla, c, s, i, x->a, T, x->mix, st));
+        TRY(mla_mixer(b, &ly->mla, c, s, i, x->a, T, x->x, true, &in_norm, st));
         bucket_stop(b, tb, TRACE_BUCKET_VMLA, t0);
     }
-    TRY(sd_cuda_add(x->x, x->mix, (size_t)T * D, q, st));
 
-    TRY(sd_cuda_rmsnorm(x->x, ly->post_norm, T, D, c->rms_norm_eps, x->a, q, st));
+    const sd_lin_norm post_norm = {.x = x->x, .w = ly->post_norm, .eps = c->rms_norm_eps, .n = D, .out = x->a};
     t0 = bucket_start(b, tb);
     if (ly->is_moe) {
-        TRY(sd_cuda_moe_forward(b, &ly->moe, c, s, i, x->a, T, x->mix, st));
+        TRY(moe_block(b, &ly->moe, c, s, i, x->a, T, x->x, true, &post_norm, st));
         if (opts && opts->on_route) {
             const int K = c->num_experts_per_token;
             TRY(read_route(b, s, T, K, st));
@@ -187,10 +243,10 @@ static sd_code layer_forward(sd_cuda_backend *b, const sd_model *m, sd_state *s,
                                b->w_host + (size_t)t * K, K);
         }
     } else {
-        TRY(sd_cuda_ffn(&ly->dense, x->a, T, x->mix, x->ffn_h1, x->ffn_h2, q, st));
+        TRY(dense_ffn(b, &ly->dense, x->a, T, x->ffn_h1, x->x, true, &post_norm, st));
     }
     bucket_stop(b, tb, TRACE_BUCKET_VFFN, t0);
-    return sd_cuda_add(x->x, x->mix, (size_t)T * D, q, st);
+    return SD_OK;
 }
 
 // Device and pinned buffers for a forward of T tokens (grown, never shrunk).
