@@ -42,13 +42,19 @@ static affine role_affine(sd_weight_role role, int fan_in, const sd_config *c, i
     return (affine){0.0f, 0.0f};
 }
 
-static void fill(const sd_weight_spec *s, const sd_config *c, const sd_synth_opts *o) {
-    const int64_t n = s->shape[0] * (s->ndim == 2 ? s->shape[1] : 1);
+sd_synth_tensor sd_synth_tensor_params(const sd_weight_spec *s, const sd_config *c, const sd_synth_opts *o) {
     const int fan_in = s->ndim == 2 ? (int)s->shape[1] : 1;
     affine af = role_affine(s->role, fan_in, c, o->depth);
     if (s->role == SD_ROLE_RESIDUAL && s->layer >= o->tail_from) af.scale *= o->tail_scale;
+    return (sd_synth_tensor){.scale = af.scale, .offset = af.offset, .name_hash = fnv1a32(s->name)};
+}
+
+static void fill(const sd_weight_spec *s, const sd_config *c, const sd_synth_opts *o) {
+    const int64_t n = s->shape[0] * (s->ndim == 2 ? s->shape[1] : 1);
+    const sd_synth_tensor p = sd_synth_tensor_params(s, c, o);
+    const affine af = {p.scale, p.offset};
     const uint32_t key[2] = {(uint32_t)o->seed, (uint32_t)(o->seed >> 32)};
-    const uint32_t name_hash = fnv1a32(s->name);
+    const uint32_t name_hash = p.name_hash;
     void *dst = s->keep_dtype ? (void *)s->mat->data : (void *)*s->vec;
 #pragma omp parallel for schedule(static)
     for (int64_t blk = 0; blk < (n + 3) / 4; blk++) {

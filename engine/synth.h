@@ -19,6 +19,15 @@ typedef struct {
                         // derived draft passes its target's L so its layers equal the target's
 } sd_synth_opts;
 
+// The generator's parameters for one tensor (shared with the device generator, so both fill the
+// same values): value = u · scale + offset with u the tensor's Philox draw, and the name hash
+// that keys its counter.
+typedef struct {
+    float scale, offset;
+    uint32_t name_hash;
+} sd_synth_tensor;
+sd_synth_tensor sd_synth_tensor_params(const sd_weight_spec *s, const sd_config *cfg, const sd_synth_opts *o);
+
 // Synthesise a model for cfg in memory.
 sd_code sd_synth_model(sd_model *m, const sd_config *cfg, const sd_synth_opts *o, sd_status *st);
 
