@@ -21,7 +21,10 @@ sd_code sd_cuda_mla_cache_write(const float *kv, const float *kv_norm, float eps
 
 // Attention of the T query tokens at pos0 .. pos0+T-1 over cache rows 0 .. their own position:
 // q̃_h = W_UK,hᵀ qn_h; score_j = (q̃_h·c_j + qp_h·kpe_j)·(dn+dr)^-0.5; softmax; lat = Σ_j p_j c_j;
-// mo[t][h] = W_UV,h · lat (dv). kv_b (Hm·(dn+dv), R), R <= 512. One block per (head, token).
+// mo[t][h] = W_UV,h · lat (dv). kv_b (Hm·(dn+dv), R), R <= 512. A flash-decoding split: one cluster
+// of 8 blocks per (head group, token), each token's rows cut into at most 8 chunks by its position
+// alone and merged in chunk order (kernels/mla.cu); needs no scratch. Bitwise the same for a token
+// alone or inside a T-token call.
 sd_code sd_cuda_mla_attend(const float *mq, const sd_mat *kv_b, const float *c, const float *kpe, int T, int Hm, int dn,
                            int dr, int dv, int R, int pos0, float *mo, cudaStream_t stream, sd_status *st);
 
