@@ -57,6 +57,22 @@ __device__ __forceinline__ float sd_block_sum(float v, float *sh) {
     return r;
 }
 
+// 16 bytes of weights widened to f32: 8 bf16 (exact: the 16 bits become the high half) or 4 f32.
+template <bool BF16>
+__device__ __forceinline__ void sd_widen16(const uint4 u, float *wf) {
+    if (BF16) {
+        const uint32_t p[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            wf[2 * e] = __uint_as_float(p[e] << 16);
+            wf[2 * e + 1] = __uint_as_float(p[e] & 0xffff0000u);
+        }
+    } else {
+        wf[0] = __uint_as_float(u.x); wf[1] = __uint_as_float(u.y);
+        wf[2] = __uint_as_float(u.z); wf[3] = __uint_as_float(u.w);
+    }
+}
+
 // One row of a Linear against T vectors, one warp per row. The row is cut into 16-byte chunks
 // (8 bf16 or 4 f32 weights); lane l takes chunks l, l+32, l+64, ... and adds each element's
 // product into its partial in element order (a short last chunk adds only its real elements).
@@ -77,18 +93,7 @@ __device__ __forceinline__ void sd_row_dot(const void *W, int cols, int row, con
         const int i0 = c * VEC, n = cols - i0 < VEC ? cols - i0 : VEC;
         float wf[VEC];
         if (n == VEC && wvec) {
-            const uint4 u = __ldg((const uint4 *)(wrow + (size_t)i0 * esize));
-            if (BF16) {
-                const uint32_t p[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    wf[2 * e] = __uint_as_float(p[e] << 16);
-                    wf[2 * e + 1] = __uint_as_float(p[e] & 0xffff0000u);
-                }
-            } else {
-                wf[0] = __uint_as_float(u.x); wf[1] = __uint_as_float(u.y);
-                wf[2] = __uint_as_float(u.z); wf[3] = __uint_as_float(u.w);
-            }
+            sd_widen16<BF16>(__ldg((const uint4 *)(wrow + (size_t)i0 * esize)), wf);
         } else {
 #pragma unroll
             for (int e = 0; e < VEC; e++)

@@ -32,22 +32,6 @@ __device__ __forceinline__ void sd_prefetch_l2(const void *p, size_t bytes) {
 // Elements per 16-byte chunk.
 template <bool BF16> struct sd_lin_vec { static constexpr int n = BF16 ? 8 : 4; };
 
-// 16 bytes of weights widened to f32 (bf16: exact shift).
-template <bool BF16>
-__device__ __forceinline__ void sd_lin_widen(const uint4 u, float *wf) {
-    if (BF16) {
-        const uint32_t p[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            wf[2 * e] = __uint_as_float(p[e] << 16);
-            wf[2 * e + 1] = __uint_as_float(p[e] & 0xffff0000u);
-        }
-    } else {
-        wf[0] = __uint_as_float(u.x); wf[1] = __uint_as_float(u.y);
-        wf[2] = __uint_as_float(u.z); wf[3] = __uint_as_float(u.w);
-    }
-}
-
 // acc += w[e]·x[e] for the chunk's VEC elements in order (x 16-byte aligned).
 template <int VEC>
 __device__ __forceinline__ float sd_lin_fold(float acc, const float *wf, const float *x) {
@@ -95,7 +79,7 @@ __device__ __forceinline__ void sd_lin_dot_fast(const char *const *w, int cols, 
             if (c >= nchunk) break;
             float wf[NW][VEC];
 #pragma unroll
-            for (int r = 0; r < NW; r++) sd_lin_widen<BF16>(wv[r][u], wf[r]);
+            for (int r = 0; r < NW; r++) sd_widen16<BF16>(wv[r][u], wf[r]);
 #pragma unroll
             for (int t = 0; t < TMAX; t++) {
                 if (t >= n) break;
@@ -194,7 +178,7 @@ __device__ __forceinline__ void sd_lin_pairs_fast(const char *const *w, const fl
             for (int i = 0; i < NP; i++) {
                 if (i >= n) break;
                 float wf[VEC];
-                sd_lin_widen<BF16>(wv[i][u], wf);
+                sd_widen16<BF16>(wv[i][u], wf);
                 acc[i] = sd_lin_fold<VEC>(acc[i], wf, x[i] + (size_t)c * VEC);
             }
         }

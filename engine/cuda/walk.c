@@ -4,7 +4,9 @@
 // of the eager MoE arm, and opts->on_route.
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
 #include "check.h"         // SD_CUDA_CHECK
+#include "nvtx.h"          // TRACE_RANGE_PUSH, TRACE_RANGE_POP
 #include "cuda_internal.h" // sd_cuda_state_is_ours
 #include "cuda_layers.h"   // sd_cuda_kda_forward, sd_cuda_mla_forward, sd_cuda_moe_forward
 #include "kda.h"           // sd_cuda_kda_conv, _gates, _scan, _out
@@ -223,30 +225,35 @@ static sd_code layer_forward(sd_cuda_backend *b, const sd_model *m, sd_state *s,
 
     const sd_lin_norm in_norm = {.x = x->x, .w = ly->input_norm, .eps = c->rms_norm_eps, .n = D, .out = x->a};
     uint64_t t0 = bucket_start(b, tb);
+    sd_code rc;
     if (ly->mixer == SD_MIXER_KDA) {
-        TRY(kda_mixer(b, &ly->kda, c, s, i, x->a, T, x->x, true, &in_norm, tb, st));
+        TRACE_RANGE_PUSH("kda");
+        rc = kda_mixer(b, &ly->kda, c, s, i, x->a, T, x->x, true, &in_norm, tb, st);
         bucket_stop(b, tb, TRACE_BUCKET_VKDA, t0);
     } else {
-        TRY(mla_mixer(b, &ly->mla, c, s, i, x->a, T, x->x, true, &in_norm, st));
+        TRACE_RANGE_PUSH("mla");
+        rc = mla_mixer(b, &ly->mla, c, s, i, x->a, T, x->x, true, &in_norm, st);
         bucket_stop(b, tb, TRACE_BUCKET_VMLA, t0);
     }
+    TRACE_RANGE_POP();
+    if (rc) return rc;
 
     const sd_lin_norm post_norm = {.x = x->x, .w = ly->post_norm, .eps = c->rms_norm_eps, .n = D, .out = x->a};
     t0 = bucket_start(b, tb);
+    TRACE_RANGE_PUSH(ly->is_moe ? "moe" : "dense_ffn");
     if (ly->is_moe) {
-        TRY(moe_block(b, &ly->moe, c, s, i, x->a, T, x->x, true, &post_norm, st));
-        if (opts && opts->on_route) {
-            const int K = c->num_experts_per_token;
-            TRY(read_route(b, s, T, K, st));
+        rc = moe_block(b, &ly->moe, c, s, i, x->a, T, x->x, true, &post_norm, st);
+        const int K = c->num_experts_per_token;
+        if (!rc && opts && opts->on_route && !(rc = read_route(b, s, T, K, st)))
             for (int t = 0; t < T; t++)
                 opts->on_route(opts->route_ctx, i, sd_state_next_pos(s) + t, b->sel_host + (size_t)t * K,
                                b->w_host + (size_t)t * K, K);
-        }
     } else {
-        TRY(dense_ffn(b, &ly->dense, x->a, T, x->ffn_h1, x->x, true, &post_norm, st));
+        rc = dense_ffn(b, &ly->dense, x->a, T, x->ffn_h1, x->x, true, &post_norm, st);
     }
+    TRACE_RANGE_POP();
     bucket_stop(b, tb, TRACE_BUCKET_VFFN, t0);
-    return SD_OK;
+    return rc;
 }
 
 // Device and pinned buffers for a forward of T tokens (grown, never shrunk).
@@ -290,7 +297,14 @@ sd_code sd_cuda_forward(const sd_model *m, sd_state *s, const int *tokens, int T
     memcpy(b->tokens_host, tokens, sizeof(int) * (size_t)T);
     SD_CUDA_CHECK(st, cudaMemcpyAsync(b->tokens, b->tokens_host, sizeof(int) * (size_t)T, cudaMemcpyHostToDevice, q));
     TRY(sd_cuda_embed(&m->w.embed, b->tokens, T, x->x, q, st));
-    for (int i = 0; i < c->num_hidden_layers; i++) TRY(layer_forward(b, m, s, i, T, opts, st));
+    for (int i = 0; i < c->num_hidden_layers; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "layer %d", i);
+        TRACE_RANGE_PUSH(name);
+        sd_code rc = layer_forward(b, m, s, i, T, opts, st);
+        TRACE_RANGE_POP();
+        if (rc) return rc;
+    }
 
     if (logits) {
         TRY(sd_cuda_rmsnorm(x->x + (size_t)first * D, m->w.final_norm, n_out, D, c->rms_norm_eps, x->a, q, st));
