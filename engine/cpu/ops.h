@@ -50,6 +50,8 @@ static inline float sd_silu(float x) { return x * sd_sigmoid(x); }
 static inline float sd_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
 // Work (multiply-adds) below which an op stays on the calling thread: waking the team and the
-// closing barrier cost more than they save, and on a loaded 2-core machine far more. Results
-// never depend on this (threads only split independent outputs).
-#define SD_PARALLEL_MIN_WORK (1L << 20)
+// closing barrier cost more than they save. Measured on the 2-core machine (toy plain decode,
+// quiet machine): 2^14 ~250, 2^16 ~290-320, 2^17 ~170, 2^20 ~145 tokens/s. A machine whose cores
+// are busy with other work loses much more to the team's barriers. Results never depend on
+// this (threads only split independent outputs).
+#define SD_PARALLEL_MIN_WORK (1L << 16)
