@@ -304,7 +304,7 @@ static void sublayers(const char *config, const sd_model *dev, sd_state *s, int 
                 else if (k == SUB_MOE)
                     OKS(sd_cuda_moe_forward(b, &dev->w.layers[layer].moe, c, s, layer, x->a, T, x->mix, &st_));
                 else
-                    OKS(sd_cuda_linear(&dev->w.lm_head, x->a, T, b->logits, b->stream, &st_));
+                    OKS(sd_cuda_linear(&dev->w.lm_head, x->a, T, x->logits, b->stream, &st_));
             }
             CK(cudaEventRecord(e1, b->stream));
             const double host = now_ms() - h0;

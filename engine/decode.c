@@ -1,5 +1,6 @@
 // decode.c — plain decode: prefill, then one forward + commit(1) per token.
 #include "decode.h"
+#include <stdbool.h>
 #include <stdlib.h>
 #include "philox.h" // sd_uniform
 #include "sample.h" // sd_argmax, sd_softmax, sd_sample
@@ -16,10 +17,14 @@ sd_code sd_decode(const sd_model *m, sd_state *s, const int *prompt, int n_promp
     float *logits = malloc(sizeof(float) * 2 * (size_t)V);
     if (!logits) return sd_fail(st, SD_ERR_SYS, "out of memory");
     sd_code rc = sd_prefill(m, s, prompt, n_prompt, logits, st);
+    // Greedy steps ask the backend for the argmax only (one int back instead of V floats).
+    const bool greedy = temperature <= 0.0f;
+    int top = greedy ? sd_argmax(logits, V) : 0;
+    sd_forward_opts argmax_only = {.argmax = &top};
     for (int i = 0; !rc && i < max_new; i++) {
-        out[i] = sd_pick_token(logits, V, temperature, seed, s->len, logits + V);
+        out[i] = greedy ? top : sd_pick_token(logits, V, temperature, seed, s->len, logits + V);
         if (i + 1 == max_new) break;
-        rc = sd_forward(m, s, &out[i], 1, logits, 0, NULL, st);
+        rc = sd_forward(m, s, &out[i], 1, greedy ? NULL : logits, 0, greedy ? &argmax_only : NULL, st);
         if (!rc) rc = sd_state_commit(s, 1, st);
     }
     free(logits);

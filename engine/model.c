@@ -5,6 +5,7 @@
 #include "backend.h" // sd_backend
 #include "digest.h"  // sd_sha256_file
 #include "nvtx.h"   // TRACE_RANGE_PUSH, TRACE_RANGE_POP
+#include "sample.h" // sd_argmax
 #include "layers.h" // sd_kda_forward, sd_mla_forward, sd_ffn_forward, sd_moe_forward
 
 sd_code sd_model_load(sd_model *m, const char *dir, sd_status *st) {
@@ -104,10 +105,13 @@ sd_code sd_forward(const sd_model *m, sd_state *s, const int *tokens, int T, flo
         TRACE_RANGE_POP();
     }
 
-    if (logits) {
+    int *argmax = opts ? opts->argmax : NULL;
+    if (logits || argmax) {
         const int first = last_only ? T - 1 : 0, n = T - first;
+        float *out = logits ? logits : x->logits;
         norm_rows(x->x + (size_t)first * D, m->w.final_norm, n, D, c->rms_norm_eps, x->a);
-        sd_linear(&m->w.lm_head, x->a, n, logits);
+        sd_linear(&m->w.lm_head, x->a, n, out);
+        for (int r = 0; argmax && r < n; r++) argmax[r] = sd_argmax(out + (size_t)r * V, V);
     }
     s->pending += T;
     return SD_OK;

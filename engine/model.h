@@ -26,6 +26,10 @@ typedef struct {
     // Called once per (MoE layer, token) with the router's selection, in walk order.
     void (*on_route)(void *ctx, int layer, int pos, const int *sel, const float *w, int k);
     void *route_ctx;
+    // Each output row's sd_argmax (T rows, or 1 with last_only) when not NULL. With logits NULL
+    // the head still runs but its logits stay in the backend: greedy rounds move T ints, not
+    // T·V floats.
+    int *argmax;
 } sd_forward_opts;
 
 // Run T tokens at the next positions p0 = s->len + s->pending .. p0+T-1 (T = 1 decode, k+1

@@ -3,6 +3,7 @@
 // Invariant at the start of a round: both states hold exactly the committed sequence before x
 // (the last committed token, not yet fed to either model); nothing is pending.
 #include "spec.h"
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include "philox.h" // sd_uniform
@@ -14,7 +15,8 @@ typedef struct {
     int V, k;
     uint32_t round;
     int seq[SD_SPEC_MAX_K + 1]; // x, d_1 .. d_k
-    float *p;                   // (k+1, V) target logits, then probabilities when sampling
+    int top[SD_SPEC_MAX_K + 1]; // greedy: argmax p_0 .. argmax p_k (the logits stay in the backend)
+    float *p;                   // (k+1, V) sampling: target logits, then probabilities
     float *q;                   // (k, V) draft probabilities (sampling only)
     float *work;                // (V) draft logits / residual
 } spec_run;
@@ -23,11 +25,13 @@ typedef struct {
 static sd_code draft_propose(spec_run *r, sd_status *st) {
     const int pos_x = sd_state_next_pos(r->ts);
     for (int i = 1; i <= r->k; i++) {
-        sd_code rc = sd_forward(r->draft, r->ds, &r->seq[i - 1], 1, r->work, 0, NULL, st);
-        if (rc) return rc;
-        if (r->o->temperature <= 0.0f) {
-            r->seq[i] = sd_argmax(r->work, r->V);
+        if (r->o->temperature <= 0.0f) { // greedy: only the argmax leaves the backend
+            sd_forward_opts top = {.argmax = &r->seq[i]};
+            sd_code rc = sd_forward(r->draft, r->ds, &r->seq[i - 1], 1, NULL, 0, &top, st);
+            if (rc) return rc;
         } else {
+            sd_code rc = sd_forward(r->draft, r->ds, &r->seq[i - 1], 1, r->work, 0, NULL, st);
+            if (rc) return rc;
             float *qi = r->q + (size_t)(i - 1) * r->V;
             sd_softmax(r->work, r->V, r->o->temperature, qi);
             r->seq[i] = sd_sample(qi, r->V, sd_uniform(r->o->seed, r->round, (uint32_t)(pos_x + i), SD_DRAW_DRAFT));
@@ -43,8 +47,8 @@ static int accept(spec_run *r, int *bonus) {
     const int V = r->V, pos_x = sd_state_next_pos(r->ts) - (r->k + 1);
     if (r->o->temperature <= 0.0f) {
         int n = 0;
-        while (n < r->k && sd_argmax(r->p + (size_t)n * V, V) == r->seq[n + 1]) n++;
-        *bonus = sd_argmax(r->p + (size_t)n * V, V);
+        while (n < r->k && r->top[n] == r->seq[n + 1]) n++;
+        *bonus = r->top[n];
         return n;
     }
     for (int i = 0; i <= r->k; i++) sd_softmax(r->p + (size_t)i * V, V, r->o->temperature, r->p + (size_t)i * V);
@@ -75,13 +79,14 @@ static sd_code draft_catch_up(spec_run *r, int n, sd_status *st) {
 // One round from x = seq[0]: n drafts accepted; emit gets the n+1 committed tokens.
 static sd_code spec_round(spec_run *r, int *emit, int *n_accepted, sd_status *st) {
     trace_burst *tb = r->o->trace;
-    sd_forward_opts verify_opts = {.trace = tb};
+    const bool greedy = r->o->temperature <= 0.0f;
+    sd_forward_opts verify_opts = {.trace = tb, .argmax = greedy ? r->top : NULL};
     int n = 0, bonus = 0;
     trace_phase_begin(TRACE_PHASE_DRAFT);                                       /* 1. draft */
     sd_code rc = draft_propose(r, st);
     trace_phase_end(tb, TRACE_PHASE_DRAFT);
     trace_phase_begin(TRACE_PHASE_VERIFY);                                      /* 2. verify */
-    if (!rc) rc = sd_forward(r->target, r->ts, r->seq, r->k + 1, r->p, 0, &verify_opts, st);
+    if (!rc) rc = sd_forward(r->target, r->ts, r->seq, r->k + 1, greedy ? NULL : r->p, 0, &verify_opts, st);
     trace_phase_end(tb, TRACE_PHASE_VERIFY);
     trace_phase_begin(TRACE_PHASE_ACCEPT);                                      /* 3. accept */
     if (!rc) n = accept(r, &bonus);

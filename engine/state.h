@@ -36,6 +36,7 @@ typedef struct {
     float *exp_out;                     // (T, K, D) routed expert outputs
     float *xg, *yg;                     // (T, D) gathered tokens of one expert and their outputs
     float *router;                      // (T, E)
+    float *logits;                      // (T, V) the head's output when the caller wants argmaxes only
     int *sel;                           // (T, K)
     float *w;                           // (T, K)
 } sd_scratch;

@@ -67,6 +67,29 @@ Test(cuda_spec, tiny_partial_accept) { check_spec_equals_greedy("configs/tiny.js
 Test(cuda_spec, tiny_low_accept) { check_spec_equals_greedy("configs/tiny.json", 1, 1.0f); }
 Test(cuda_spec, toy_demo_pair, .timeout = 300) { check_spec_equals_greedy("configs/toy.json", 2, 0.1f); }
 
+// The device computes each row's argmax and returns T ints: the same as the argmax of the logits
+// it would otherwise copy back.
+Test(cuda_spec, device_argmax_equals_host_argmax) {
+    need_gpu();
+    sd_model t, d;
+    device_pair("configs/toy.json", 2, 0.1f, &t, &d);
+    enum { T = 9 };
+    const int V = t.cfg.vocab_size;
+    int tokens[T], top_dev[T];
+    random_tokens(6, V, T, tokens);
+    float *lg = malloc(sizeof(float) * T * V);
+    sd_status st = {0};
+    sd_state s;
+    cr_assert_eq(sd_model_state_init(&t, &s, 32, T, &st), SD_OK);
+    sd_forward_opts o = {.argmax = top_dev};
+    cr_assert_eq(sd_forward(&t, &s, tokens, T, lg, 0, &o, &st), SD_OK, "%s", st.msg);
+    for (int r = 0; r < T; r++) cr_assert_eq(top_dev[r], sd_argmax(lg + (size_t)r * V, V), "row %d", r);
+    free(lg);
+    sd_state_free(&s);
+    sd_model_free(&t);
+    sd_model_free(&d);
+}
+
 // The trace on the device: the boundaries drain the streams through the burst's sync, level-2
 // buckets tick from the real verify kernels, and the invariants of the -v line hold.
 static void sync_model(void *m) { sd_model_sync(m); }

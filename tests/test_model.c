@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 #include "common.h"
+#include "sample.h" // sd_argmax
 
 typedef struct { int layer, pos, sel[8]; double w[8]; } route_row;
 typedef struct { route_row *rows; int n, cap; } route_log;
@@ -162,5 +163,29 @@ Test(forward_errors, context_full_and_bad_tokens) {
     cr_assert_eq(sd_forward(&m, &s, tokens, 4, NULL, 0, NULL, &st), SD_ERR_USAGE, "more than max_T tokens");
     cr_assert_eq(sd_state_commit(&s, 1, &st), SD_ERR_USAGE, "commit beyond pending");
     sd_state_free(&s);
+    sd_model_free(&m);
+}
+
+// A forward asked for argmaxes only returns exactly the argmax of the logits it would return.
+Test(forward_argmax, equals_argmax_of_logits) {
+    sd_model m;
+    synth_from("configs/tiny.json", 3, 1, SD_MAX_LAYERS, 1.0f, &m);
+    const int V = m.cfg.vocab_size, T = 6;
+    int tokens[T], top_a[T], top_b[T];
+    random_tokens(21, V, T, tokens);
+    float *lg = malloc(sizeof(float) * T * V);
+    sd_status st = {0};
+    sd_state s;
+    for (int pass = 0; pass < 2; pass++) {
+        cr_assert_eq(sd_state_init(&s, &m.cfg, 16, T, &st), SD_OK);
+        sd_forward_opts o = {.argmax = pass ? top_b : top_a};
+        cr_assert_eq(sd_forward(&m, &s, tokens, T, pass ? NULL : lg, 0, &o, &st), SD_OK, "%s", st.msg);
+        sd_state_free(&s);
+    }
+    for (int t = 0; t < T; t++) {
+        cr_assert_eq(top_a[t], sd_argmax(lg + (size_t)t * V, V), "row %d", t);
+        cr_assert_eq(top_b[t], top_a[t], "row %d: argmax without logits differs", t);
+    }
+    free(lg);
     sd_model_free(&m);
 }

@@ -27,10 +27,11 @@ typedef struct sd_cuda_backend {
     size_t arena_bytes;
     sd_cuda_expert *experts;  // per MoE layer i, E entries at (i - first_k_dense_replace)·E
     int *tokens;              // (tokens_cap) device copy of a forward's tokens
-    float *logits;            // (logits_cap) device logits before the copy back
-    size_t tokens_cap, logits_cap;
+    int *argmax;              // (tokens_cap) each output row's argmax (sd_forward_opts.argmax)
+    size_t tokens_cap;
     // Pinned host staging.
     int *tokens_host, *sel_host; // (tokens_cap), (route_cap)
+    int *argmax_host;            // (tokens_cap)
     float *w_host;               // (route_cap)
     size_t route_cap;
 } sd_cuda_backend;

@@ -23,8 +23,9 @@ static void backend_release(sd_cuda_backend *b) {
     cudaFree(b->arena);
     cudaFree(b->experts);
     cudaFree(b->tokens);
-    cudaFree(b->logits);
+    cudaFree(b->argmax);
     cudaFreeHost(b->tokens_host);
+    cudaFreeHost(b->argmax_host);
     cudaFreeHost(b->sel_host);
     cudaFreeHost(b->w_host);
     if (b->stream) cudaStreamDestroy(b->stream);

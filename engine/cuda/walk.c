@@ -13,6 +13,7 @@
 #include "linear.h"        // sd_cuda_linear, sd_cuda_linear_multi
 #include "mla.h"           // sd_cuda_mla_cache_write, sd_cuda_mla_attend
 #include "moe.h"           // sd_cuda_moe_select, sd_cuda_moe_up, sd_cuda_moe_down, sd_cuda_moe_groups_host
+#include "sampling.h"      // sd_cuda_argmax
 #include "rows.h"          // sd_cuda_embed, sd_cuda_rmsnorm
 
 #define TRY(call)                      \
@@ -257,23 +258,19 @@ static sd_code layer_forward(sd_cuda_backend *b, const sd_model *m, sd_state *s,
 }
 
 // Device and pinned buffers for a forward of T tokens (grown, never shrunk).
-static sd_code ensure_buffers(sd_cuda_backend *b, int T, size_t logit_floats, sd_status *st) {
+static sd_code ensure_buffers(sd_cuda_backend *b, int T, sd_status *st) {
     if ((size_t)T > b->tokens_cap) {
         cudaFree(b->tokens);
+        cudaFree(b->argmax);
         cudaFreeHost(b->tokens_host);
-        b->tokens = NULL;
-        b->tokens_host = NULL;
+        cudaFreeHost(b->argmax_host);
+        b->tokens = b->argmax = b->tokens_host = b->argmax_host = NULL;
         b->tokens_cap = 0;
         SD_CUDA_CHECK(st, cudaMalloc((void **)&b->tokens, (size_t)T * sizeof(int)));
+        SD_CUDA_CHECK(st, cudaMalloc((void **)&b->argmax, (size_t)T * sizeof(int)));
         SD_CUDA_CHECK(st, cudaMallocHost((void **)&b->tokens_host, (size_t)T * sizeof(int)));
+        SD_CUDA_CHECK(st, cudaMallocHost((void **)&b->argmax_host, (size_t)T * sizeof(int)));
         b->tokens_cap = (size_t)T;
-    }
-    if (logit_floats > b->logits_cap) {
-        cudaFree(b->logits);
-        b->logits = NULL;
-        b->logits_cap = 0;
-        SD_CUDA_CHECK(st, cudaMalloc((void **)&b->logits, logit_floats * sizeof(float)));
-        b->logits_cap = logit_floats;
     }
     return SD_OK;
 }
@@ -289,7 +286,9 @@ sd_code sd_cuda_forward(const sd_model *m, sd_state *s, const int *tokens, int T
                        b->device);
     SD_CUDA_CHECK(st, cudaSetDevice(b->device));
     const int first = last_only ? T - 1 : 0, n_out = T - first;
-    TRY(ensure_buffers(b, s->max_T > T ? s->max_T : T, logits ? (size_t)s->max_T * V : 0, st));
+    int *argmax = opts ? opts->argmax : NULL;
+    const bool head = logits || argmax;
+    TRY(ensure_buffers(b, s->max_T > T ? s->max_T : T, st));
     cudaStream_t q = b->stream;
     sd_scratch *x = &s->scratch;
 
@@ -306,12 +305,18 @@ sd_code sd_cuda_forward(const sd_model *m, sd_state *s, const int *tokens, int T
         if (rc) return rc;
     }
 
-    if (logits) {
+    if (head) { // the logits stay on the device unless asked for; argmaxes travel as T ints
         TRY(sd_cuda_rmsnorm(x->x + (size_t)first * D, m->w.final_norm, n_out, D, c->rms_norm_eps, x->a, q, st));
-        TRY(sd_cuda_linear(&m->w.lm_head, x->a, n_out, b->logits, q, st));
-        SD_CUDA_CHECK(st, cudaMemcpyAsync(logits, b->logits, sizeof(float) * (size_t)n_out * V, cudaMemcpyDeviceToHost, q));
+        TRY(sd_cuda_linear(&m->w.lm_head, x->a, n_out, x->logits, q, st));
+        if (logits)
+            SD_CUDA_CHECK(st, cudaMemcpyAsync(logits, x->logits, sizeof(float) * (size_t)n_out * V, cudaMemcpyDeviceToHost, q));
+        if (argmax) {
+            TRY(sd_cuda_argmax(x->logits, n_out, V, b->argmax, q, st));
+            SD_CUDA_CHECK(st, cudaMemcpyAsync(b->argmax_host, b->argmax, sizeof(int) * (size_t)n_out, cudaMemcpyDeviceToHost, q));
+        }
     }
     SD_CUDA_CHECK(st, cudaStreamSynchronize(q));
+    if (argmax) memcpy(argmax, b->argmax_host, sizeof(int) * (size_t)n_out);
     s->pending += T;
     return SD_OK;
 }
