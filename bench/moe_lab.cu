@@ -465,7 +465,19 @@ int main() {
             poison(s, q);
             run_version(1, m, s, xset(0) + (size_t)t * D, 1, q);
             const std::vector<float> one = get(s.out, D);
-            differ += memcmp(one.data(), all.data() + (size_t)t * D, sizeof(float) * D) != 0;
+            if (memcmp(one.data(), all.data() + (size_t)t * D, sizeof(float) * D) == 0) continue;
+            differ++;
+            int n_el = 0, first = -1;
+            float max_abs = 0.0f;
+            for (int o = 0; o < D; o++) {
+                const float a = one[o], b = all[(size_t)t * D + o];
+                if (memcmp(&a, &b, sizeof a) == 0) continue;
+                n_el++;
+                if (first < 0) first = o;
+                max_abs = fmaxf(max_abs, fabsf(a - b));
+            }
+            printf("    row %d: %d of %d elements differ (first at %d), max |T=9 - T=1| = %.3g\n", t, n_el, D, first,
+                   max_abs);
         }
         fails += differ != 0;
         printf("  verify ≡ decode: v1 T=9 rows vs 9 calls of T=1: %s (%d rows differ)\n",
