@@ -10,10 +10,9 @@
 //
 // Versions. Both are engine/cuda/walk.c moe_block with the RMSNorm unfused (norm NULL) and
 // out = MoE(x) (accumulate off), calling the production launchers of specdec_kernels.
-// First run (NVIDIA H200, 2026-11-29, copy 4258 GB/s, L2 flushed): v1 T=1 71.2 us (129.8 MB,
-// 42.8% of copy), T=5 246.5 us (51.5%), T=9 409.3 us (50.4%); v2 (eager) 2.2-2.7x slower. CPU
-// checks, v2 ≡ v1 and the canary passed; verify ≡ decode FAILED: 1 of the 9 rows of a T=9 call
-// differs from its T=1 call at these dims (the tiny/toy GPU suites pass) — open, see the issue.
+// Measured (NVIDIA H200, 2026-11-29, copy 4249 GB/s, L2 flushed): v1 T=1 70.8 us (129.8 MB,
+// 43.1% of copy), T=5 247.5 us (51.4%), T=9 410.1 us (50.4%); v2 (eager) 2.3-2.7x slower. Every
+// check passes: CPU, v2 ≡ v1, verify ≡ decode, and the canary fails as it must.
 //   1  the device-table arm: one sd_cuda_linear_multi launch (router logits + the shared
 //      expert's gate/up/silu), sd_cuda_moe_select (sel, w and the grouping by expert, on the
 //      device), one sd_cuda_moe_up over every group, one sd_cuda_moe_down that also runs the
@@ -336,8 +335,11 @@ static const double TOL_NMSE = 1e-10, TOL_REL = 1e-4;
 // Route weights: sigmoid of one fp32 dot in another order, the same normalisation.
 static const double TOL_W_NMSE = 1e-10;
 
+// The lab's work runs on a non-blocking stream, which a plain cudaMemcpy does not wait for:
+// drain the device first, or the copy races the kernels (and reads the NaN poison).
 static std::vector<float> get(const float *d, size_t n) {
     std::vector<float> h(n);
+    CK(cudaDeviceSynchronize());
     CK(cudaMemcpy(h.data(), d, sizeof(float) * n, cudaMemcpyDeviceToHost));
     return h;
 }
