@@ -17,8 +17,8 @@ typedef struct {
     int seq[SD_SPEC_MAX_K + 1]; // x, d_1 .. d_k
     int top[SD_SPEC_MAX_K + 1]; // greedy: argmax p_0 .. argmax p_k (the logits stay in the backend)
     float *p;                   // (k+1, V) sampling: target logits, then probabilities
-    float *q;                   // (k, V) draft probabilities (sampling only)
-    float *work;                // (V) draft logits / residual
+    float *q;                   // (k, V) sampling: draft probabilities
+    float *work;                // (V) sampling: draft logits / residual
 } spec_run;
 
 // 1. draft: d_i from q_i = draft(x, d_1..d_{i-1}), one token per forward (left pending).
@@ -115,11 +115,15 @@ sd_code sd_spec_generate(const sd_model *target, sd_state *ts, const sd_model *d
     if (ts->max_T < k + 1 || ds->max_T < k)
         return sd_fail(st, SD_ERR_USAGE, "spec: states too small for k = %d", k);
     spec_run r = {.target = target, .draft = draft, .ts = ts, .ds = ds, .o = o, .V = V, .k = k};
-    r.p = malloc(sizeof(float) * (size_t)(k + 1) * V);
-    r.q = malloc(sizeof(float) * (size_t)k * V);
-    r.work = malloc(sizeof(float) * (size_t)V);
+    // Only sampling moves distributions to the host; greedy rounds exchange argmaxes.
+    const bool sampled = o->temperature > 0.0f;
+    if (sampled) {
+        r.p = malloc(sizeof(float) * (size_t)(k + 1) * V);
+        r.q = malloc(sizeof(float) * (size_t)k * V);
+        r.work = malloc(sizeof(float) * (size_t)V);
+    }
     int emit[SD_SPEC_MAX_K + 1], n = 0, n_emit = 0;
-    sd_code rc = (!r.p || !r.q || !r.work) ? sd_fail(st, SD_ERR_SYS, "out of memory") : SD_OK;
+    sd_code rc = sampled && (!r.p || !r.q || !r.work) ? sd_fail(st, SD_ERR_SYS, "out of memory") : SD_OK;
     if (!rc) rc = sd_prefill(target, ts, prompt, n_prompt - 1, NULL, st);
     if (!rc) rc = sd_prefill(draft, ds, prompt, n_prompt - 1, NULL, st);
     r.seq[0] = prompt[n_prompt - 1];
