@@ -121,7 +121,7 @@ __device__ __forceinline__ bool sd_lin_fast_w(const void *w, int cols) {
 }
 
 // Chunks per lane in flight per iteration, for one weight row and for two sharing x. Measured on
-// the H200 (kimi-linear-48b-a3b decode): 4 beats 16 for one token (16 halves the resident blocks
+// the H200 (kimi-linear-48b-a3b decode): 4 beats 8, 12 and 16 for one token (more halves the resident blocks
 // and the step got slower); from 4 tokens up the Linear kernel also bulk-prefetches into L2.
 template <int TMAX> struct sd_lin_unroll {
     static constexpr int one = TMAX <= 8 ? 4 : 2;

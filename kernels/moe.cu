@@ -19,10 +19,11 @@
 #include "linear.cuh"
 #include "linear.h"
 #include <string.h>
+#include <type_traits> // std::integral_constant
 
 #define MOE_WARPS 8   // route and up: warps per block
 #define UP_ROWS (MOE_WARPS / 2) // up: expert rows per block (a gate warp and an up warp each)
-#define DOWN_WARPS 4  // down: warps per block (128 registers each: every block resident at once)
+#define DOWN_WARPS 4  // down: warps per block (128 registers each: every block resident at once; 2 and 3 measured slower)
 #define DOWN_ROWS 8   // down: output rows per block
 #define SEL_MAX_E 1024
 
@@ -37,6 +38,7 @@ __device__ static int take_max(const float *v, int n, const unsigned char *taken
 // One warp routes one token from s (E) and sp = s + bias (E, masked in place when G > 1);
 // gscore (G floats) and gtaken (G bytes) are this warp's scratch. Writes sel[0..K), w[0..K)
 // (K <= 32: lane j holds selection j).
+template <int NKEY>
 __device__ static void route_warp(const float *s, float *sp, float *gscore, unsigned char *gtaken, int E, int K, int G,
                                   int topk_group, int renormalize, float scaling, int *sel, float *wt) {
     const int lane = threadIdx.x & 31;
@@ -60,11 +62,12 @@ __device__ static void route_warp(const float *s, float *sp, float *gscore, unsi
             if (!gtaken[e / per]) sp[e] = -INFINITY;
         __syncwarp();
     }
-    // Top-K: each lane holds the keys of entries lane + 32·i; a key orders (value desc, index asc),
-    // a taken entry's key is 0 (below every value's).
-    uint64_t key[SEL_MAX_E / 32];
+    // Top-K: each lane holds the keys of entries lane + 32·i, i < NKEY (32·NKEY >= E: the loops
+    // cover only the experts there are); a key orders (value desc, index asc), a taken entry's
+    // key is 0 (below every value's).
+    uint64_t key[NKEY];
 #pragma unroll
-    for (int i = 0; i < SEL_MAX_E / 32; i++) {
+    for (int i = 0; i < NKEY; i++) {
         const int e = lane + 32 * i;
         key[i] = 0;
         if (e < E) {
@@ -77,7 +80,7 @@ __device__ static void route_warp(const float *s, float *sp, float *gscore, unsi
     for (int j = 0; j < K; j++) {
         uint64_t best = 0;
 #pragma unroll
-        for (int i = 0; i < SEL_MAX_E / 32; i++) best = key[i] > best ? key[i] : best;
+        for (int i = 0; i < NKEY; i++) best = key[i] > best ? key[i] : best;
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) {
             const uint64_t other = __shfl_xor_sync(0xffffffffu, best, o);
@@ -85,7 +88,7 @@ __device__ static void route_warp(const float *s, float *sp, float *gscore, unsi
         }
         const int e = (int)~(uint32_t)best;
 #pragma unroll
-        for (int i = 0; i < SEL_MAX_E / 32; i++)
+        for (int i = 0; i < NKEY; i++)
             if (lane + 32 * i == e) key[i] = 0;
         if (lane == j) mine = e;
     }
@@ -100,6 +103,7 @@ __device__ static void route_warp(const float *s, float *sp, float *gscore, unsi
     }
 }
 
+template <int NKEY>
 static __global__ void __launch_bounds__(MOE_WARPS * 32, 2)
 route_kernel(const float *__restrict__ router, const float *__restrict__ bias, const float *__restrict__ b, int E, int D,
              int K, int G, int topk_group, int renormalize, float scaling, int *__restrict__ sel, float *__restrict__ wts) {
@@ -116,7 +120,19 @@ route_kernel(const float *__restrict__ router, const float *__restrict__ bias, c
         }
     }
     __syncthreads();
-    if (w == 0) route_warp(s, sp, gscore, gtaken, E, K, G, topk_group, renormalize, scaling, sel + (size_t)t * K, wts + (size_t)t * K);
+    if (w == 0) route_warp<NKEY>(s, sp, gscore, gtaken, E, K, G, topk_group, renormalize, scaling, sel + (size_t)t * K, wts + (size_t)t * K);
+}
+
+// f(std::integral_constant<int, NKEY>) with NKEY the power of two >= ceil(E / 32) (route_warp's
+// keys per lane; E <= SEL_MAX_E).
+template <class F> static void with_nkey(int E, F f) {
+    const int n = (E + 31) / 32;
+    if (n <= 1) f(std::integral_constant<int, 1>());
+    else if (n <= 2) f(std::integral_constant<int, 2>());
+    else if (n <= 4) f(std::integral_constant<int, 4>());
+    else if (n <= 8) f(std::integral_constant<int, 8>());
+    else if (n <= 16) f(std::integral_constant<int, 16>());
+    else f(std::integral_constant<int, 32>());
 }
 
 static sd_code route_check(int E, int K, int G, sd_status *st) {
@@ -134,7 +150,10 @@ extern "C" sd_code sd_cuda_moe_route(const float *router, const float *bias, con
     if (rc) return rc;
     if (T < 1) return SD_OK;
     const size_t smem = sizeof(float) * (2 * (size_t)E + G) + G;
-    route_kernel<<<T, MOE_WARPS * 32, smem, stream>>>(router, bias, b, E, D, K, G, topk_group, renormalize ? 1 : 0, scaling, sel, w);
+    with_nkey(E, [&](auto nk) {
+        route_kernel<decltype(nk)::value><<<T, MOE_WARPS * 32, smem, stream>>>(router, bias, b, E, D, K, G, topk_group,
+                                                                              renormalize ? 1 : 0, scaling, sel, w);
+    });
     SD_LAUNCH_CHECK(st);
     return SD_OK;
 }
@@ -178,6 +197,7 @@ extern "C" void sd_cuda_moe_groups_host(const int *sel, int T, int K, int E, int
 }
 
 // One block: warp w routes tokens w, w+nw, ...; then the block groups the entries.
+template <int NKEY>
 static __global__ void select_kernel(const float *__restrict__ logits, const float *__restrict__ bias, int T, int E, int K,
                                      int G, int topk_group, int renormalize, float scaling, int *sel, float *wts,
                                      int *__restrict__ groups) {
@@ -193,7 +213,7 @@ static __global__ void select_kernel(const float *__restrict__ logits, const flo
             sp[e] = s[e] + bias[e];
         }
         __syncwarp();
-        route_warp(s, sp, gscore, gtaken, E, K, G, topk_group, renormalize, scaling, sel + (size_t)t * K, wts + (size_t)t * K);
+        route_warp<NKEY>(s, sp, gscore, gtaken, E, K, G, topk_group, renormalize, scaling, sel + (size_t)t * K, wts + (size_t)t * K);
         __syncwarp();
     }
     for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
@@ -257,7 +277,10 @@ extern "C" sd_code sd_cuda_moe_select(const float *logits, const float *bias, in
     while (nw > 1 && select_smem(nw, T, K, E, G) > 48 * 1024) nw--;
     const size_t smem = select_smem(nw, T, K, E, G);
     if (smem > 48 * 1024) return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda moe select: %d experts need %zu bytes of shared memory", E, smem);
-    select_kernel<<<1, nw * 32, smem, stream>>>(logits, bias, T, E, K, G, topk_group, renormalize ? 1 : 0, scaling, sel, w, groups);
+    with_nkey(E, [&](auto nk) {
+        select_kernel<decltype(nk)::value><<<1, nw * 32, smem, stream>>>(logits, bias, T, E, K, G, topk_group,
+                                                                        renormalize ? 1 : 0, scaling, sel, w, groups);
+    });
     SD_LAUNCH_CHECK(st);
     return SD_OK;
 }
