@@ -3,23 +3,24 @@
 //          (head, q|k|v, token), one thread per channel: W-tap causal conv + silu, then the
 //          head's L2 norm for q and k by a fixed-order block sum.
 //   gates: elementwise.
-//   scan:  the sums over the key index i are serial chains in increasing i (the CPU's order), one
-//          thread per chain. d >= 32: a block owns 32 value columns of one head (H·d/32 blocks);
-//          producer warps hold the state rows in registers, update and store them, and hand
-//          per-row terms through shared memory to a ks warp and an acc warp that run the chains;
-//          u goes back by a named barrier, no block barrier per token. d < 32: one thread per
-//          column does everything. Other d: one block per head, the column updated in the
-//          destination slot in global memory. k, exp(g), q·d^-0.5 are staged in shared memory
-//          by cp.async. The per-element arithmetic is the CPU kda_step's, operation for
-//          operation (the device expf is the only difference), and does not depend on T.
-//          bench/kda_lab.cu times the versions.
+//   scan:  d = 32, 64, 96, 128 (the tiled scan): a block owns 32 value columns of one head
+//          (H·d/32 blocks) and d/32 warps; warp w keeps state rows 32w .. 32w+31 of the block's
+//          columns in registers (lane = column), so each sum over the key index i is d/32 partial
+//          chains (i increasing) added in warp order — two 32-long chains and two block barriers
+//          a token. d < 32: one thread per column runs the whole chain (the CPU's order). Other
+//          d: one block per head, the column updated in the destination slot in global memory
+//          (the CPU's order). k, exp(g), q·d^-0.5 are staged in shared memory by cp.async. The
+//          per-element operations are the CPU kda_step's (the device expf is the only
+//          difference); every order depends on d alone, never on T (verify ≡ decode bit for bit).
+//          bench/kda_lab.cu times the versions (the producer/chain kernel this replaced included).
 //   out:   one block per (head, token): RMSNorm over d (fixed-order block sum) ⊙ sigmoid(gb).
 #include "kda.h"
 #include "common.cuh"
 #include <cuda_pipeline.h> // __pipeline_memcpy_async, _commit, _wait_prior
 
 static __global__ void conv_store_kernel(float *__restrict__ rows, int n_rows, const float *__restrict__ q,
-                                         const float *__restrict__ k, const float *__restrict__ v, int T, int P, int pos0) {
+                                         const float *__restrict__ k, const float *__restrict__ v, int T, int P, sd_dev_pos at) {
+    const int pos0 = sd_pos_read(at);
     const size_t n = (size_t)T * 3 * P;
     for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
         const int t = (int)(e / (3 * (size_t)P)), r = (int)(e % (3 * (size_t)P)), which = r / P, ch = r % P;
@@ -30,10 +31,10 @@ static __global__ void conv_store_kernel(float *__restrict__ rows, int n_rows, c
 
 static __global__ void conv_kernel(const float *__restrict__ rows, int n_rows, const float *__restrict__ tq,
                                    const float *__restrict__ tk, const float *__restrict__ tv, int P, int d, int W,
-                                   int pos0, float *__restrict__ qc, float *__restrict__ kc, float *__restrict__ vc) {
+                                   sd_dev_pos at, float *__restrict__ qc, float *__restrict__ kc, float *__restrict__ vc) {
     __shared__ float sh[32];
     const int h = blockIdx.x, which = blockIdx.y, t = blockIdx.z, c = threadIdx.x;
-    const int ch = h * d + c, pos = pos0 + t;
+    const int ch = h * d + c, pos = sd_pos_read(at) + t;
     const float *taps = which == 0 ? tq : which == 1 ? tk : tv;
     float val = 0.0f;
     if (c < d) {
@@ -56,7 +57,7 @@ static __global__ void conv_kernel(const float *__restrict__ rows, int n_rows, c
 
 extern "C" sd_code sd_cuda_kda_conv(float *conv_rows, int n_rows, const float *q, const float *k, const float *v,
                                     const float *q_conv, const float *k_conv, const float *v_conv, int T, int H, int d,
-                                    int W, int pos0, float *qc, float *kc, float *vc, cudaStream_t stream, sd_status *st) {
+                                    int W, sd_dev_pos pos0, float *qc, float *kc, float *vc, cudaStream_t stream, sd_status *st) {
     SD_NVTX("sd_cuda_kda_conv");
     if (d < 1 || d > 1024) return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda kda: head_dim %d outside 1..1024", d);
     if (T < 1) return SD_OK;
@@ -155,149 +156,6 @@ struct scan_chunk {
     }
 };
 
-// d >= 32: a block owns 32 consecutive value columns of one head (grid H·d/32: 128 blocks at
-// H = 32, d = 128); lane = column in every warp. Warp 0 (ks) and warp 1 (acc) run the two sums,
-// each one thread's serial chain over i in the CPU's order; warps 2 .. NP+1 (producers) hold
-// rows R0 .. d-1 of the state in registers, (d-R0)/NP rows each. Per step a producer waits for u
-// (named barrier U), applies pass 2 and pass 1 to its rows, stores them, writes each row's terms
-// S_ij·k_i and S_ij·q_i to shared memory and arrives on barrier T. The ks warp holds rows
-// 0 .. R0-1 itself: as soon as it has u it publishes it (arrives on U), updates its own rows and
-// starts the chain on them while the producers work, then waits on T, adds the producers' terms
-// in order and computes the next u. The acc warp waits on T and adds the S·q terms (double-
-// buffered by step parity, so it may trail by a step). The only serial part of a token is the
-// ks chain: d dependent adds plus one hand-off of u.
-template <int D>
-struct scan_pa_smem {
-    static constexpr int SC = 16;
-    scan_tokens<D, SC, 32> x;
-    float4 tk[D / 4][32];    // S·k terms of this step: rows 4r .. 4r+3 of column c at [r][c]
-    float4 tq[2][D / 4][32]; // S·q terms, by step parity
-    float u[32];
-};
-
-enum { SCAN_BAR_U = 1, SCAN_BAR_T = 2 }; // named barriers (0 is __syncthreads)
-__device__ __forceinline__ void scan_bar_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory"); }
-__device__ __forceinline__ void scan_bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory"); }
-
-// Rows r0 .. r0+N-1 of the column for one step (P2: finish the previous token with u, store into
-// dst, write the S·q terms; P1: start the next token, write the S·k terms, or with CHAIN add them
-// to ks in row order). Per element, the operations of kda_step.
-template <int D, int N, int RM, bool P2, bool P1, bool CHAIN>
-__device__ __forceinline__ void scan_produce(float (&s)[RM], int r0, const float *k0, const float *q0, const float *e1,
-                                             const float *k1, float u, float *dst, float4 (*tq)[32],
-                                             float4 (*tk)[32], float &ks, int lane) {
-#pragma unroll
-    for (int r4 = 0; r4 < N; r4 += 4) {
-        const int i4 = r0 + r4;
-        float4 kk0 = {}, qq0 = {}, ee1 = {}, kk1 = {};
-        if (P2) kk0 = *(const float4 *)(k0 + i4), qq0 = *(const float4 *)(q0 + i4);
-        if (P1) ee1 = *(const float4 *)(e1 + i4), kk1 = *(const float4 *)(k1 + i4);
-        const float ka[4] = {kk0.x, kk0.y, kk0.z, kk0.w}, qa[4] = {qq0.x, qq0.y, qq0.z, qq0.w};
-        const float ea[4] = {ee1.x, ee1.y, ee1.z, ee1.w}, kb[4] = {kk1.x, kk1.y, kk1.z, kk1.w};
-        float oq[4], ok[4];
-#pragma unroll
-        for (int r = 0; r < 4; r++) {
-            float &sv = s[r4 + r];
-            if (P2) {
-                sv += ka[r] * u;
-                oq[r] = sv * qa[r];
-                dst[(size_t)(r4 + r) * D] = sv;
-            }
-            if (P1) {
-                sv = sv * ea[r];
-                ok[r] = sv * kb[r];
-                if (CHAIN) ks += ok[r];
-            }
-        }
-        if (P2) tq[i4 / 4][lane] = make_float4(oq[0], oq[1], oq[2], oq[3]);
-        if (P1 && !CHAIN) tk[i4 / 4][lane] = make_float4(ok[0], ok[1], ok[2], ok[3]);
-    }
-}
-
-// The step's three shapes: st == 0 starts token 0 only, st == T finishes token T-1 only.
-template <int D, int N, int RM, bool CHAIN>
-__device__ __forceinline__ void scan_produce_step(int st, int T, int q, float (&s)[RM], int r0,
-                                                  const scan_tokens<D, scan_pa_smem<D>::SC, 32> &x, float u, float *dst,
-                                                  float4 (*tq)[32], float4 (*tk)[32], float &ks, int lane) {
-    if (st == 0)
-        scan_produce<D, N, RM, false, true, CHAIN>(s, r0, nullptr, nullptr, x.e[q + 1], x.k[q + 1], 0.0f, dst, tq, tk, ks, lane);
-    else if (st < T)
-        scan_produce<D, N, RM, true, true, CHAIN>(s, r0, x.k[q], x.q[q], x.e[q + 1], x.k[q + 1], u, dst, tq, tk, ks, lane);
-    else
-        scan_produce<D, N, RM, true, false, CHAIN>(s, r0, x.k[q], x.q[q], nullptr, nullptr, u, dst, tq, tk, ks, lane);
-}
-
-// sum += terms of rows r_lo .. D-1 of column lane, in increasing row order.
-template <int D, int R_LO>
-__device__ __forceinline__ float scan_chain(float sum, const float4 (*t)[32], int lane) {
-#pragma unroll
-    for (int i4 = R_LO; i4 < D; i4 += 4) {
-        const float4 v = t[i4 / 4][lane];
-        sum += v.x;
-        sum += v.y;
-        sum += v.z;
-        sum += v.w;
-    }
-    return sum;
-}
-
-template <int D, int NP, int R0>
-static __global__ void __launch_bounds__(32 * (NP + 2), 1)
-scan_pa_kernel(float *S, int n_slots, int n0, int T, int H, const float *__restrict__ qc, const float *__restrict__ kc,
-               const float *__restrict__ vc, const float *__restrict__ gate, const float *__restrict__ beta,
-               float *__restrict__ y, bool vec) {
-    using sm = scan_pa_smem<D>;
-    constexpr int SC = sm::SC, R = (D - R0) / NP, RM = R > R0 ? R : R0, NPT = 32 * NP;
-    static_assert(D % 32 == 0 && (D - R0) % NP == 0 && R % 4 == 0 && R0 % 4 == 0 && NP + 2 <= 32,
-                  "32 columns a block, whole 4-row term vectors, at most 1024 threads");
-    extern __shared__ __align__(16) unsigned char scan_smem[];
-    sm &sh = *reinterpret_cast<sm *>(scan_smem);
-    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int h = blockIdx.x / (D / 32), j0 = blockIdx.x % (D / 32) * 32, j = j0 + lane;
-    const int r0 = w >= 2 ? R0 + (w - 2) * R : 0; // first state row this warp holds
-    const size_t P = (size_t)H * D, per_slot = P * D, col = (size_t)h * D * D + j;
-    float s[RM];
-    const float *src = S + (size_t)(n0 % n_slots) * per_slot + col + (size_t)r0 * D;
-    if (w >= 2) {
-#pragma unroll
-        for (int r = 0; r < R; r++) s[r] = src[(size_t)r * D];
-    } else if (w == 0) {
-#pragma unroll
-        for (int r = 0; r < R0; r++) s[r] = src[(size_t)r * D];
-    }
-    float u = 0.0f; // ks warp: u of the last token it finished
-    for (int c0 = 0; c0 <= T; c0 += SC) {
-        const scan_chunk ch(c0, SC, T);
-        if (c0 > 0) __syncthreads(); // the last chunk's readers are done
-        scan_stage_chunk(sh.x, ch.t_lo, ch.tt_lo, ch.ntok, h, j0, P, H, qc, kc, vc, gate, beta, 1.0f / sqrtf((float)D), vec);
-        for (int q = 0; q < ch.n; q++) {
-            const int st = c0 + q;
-            float4 (*tq)[32] = sh.tq[st & 1];
-            float *dst = S + (size_t)((n0 + st) % n_slots) * per_slot + col + (size_t)r0 * D;
-            float ks = 0.0f;
-            if (w >= 2) {
-                if (st > 0) scan_bar_sync(SCAN_BAR_U, 32 + NPT);
-                scan_produce_step<D, R, RM, false>(st, T, q, s, r0, sh.x, st > 0 ? sh.u[lane] : 0.0f, dst, tq, sh.tk, ks, lane);
-                scan_bar_arrive(SCAN_BAR_T, NPT + 64);
-            } else if (w == 0) {
-                if (st > 0) {
-                    sh.u[lane] = u;
-                    scan_bar_arrive(SCAN_BAR_U, 32 + NPT);
-                }
-                if (R0 > 0) scan_produce_step<D, R0, RM, true>(st, T, q, s, 0, sh.x, u, dst, tq, sh.tk, ks, lane);
-                scan_bar_sync(SCAN_BAR_T, NPT + 64);
-                if (st < T) {
-                    ks = scan_chain<D, R0>(ks, sh.tk, lane);
-                    u = sh.x.b[q + 1] * (sh.x.v[q + 1][lane] - ks);
-                }
-            } else {
-                scan_bar_sync(SCAN_BAR_T, NPT + 64);
-                if (st > 0) y[(size_t)(st - 1) * P + (size_t)h * D + j] = scan_chain<D, 0>(0.0f, tq, lane);
-            }
-        }
-    }
-}
-
 // d < 32: one block of d threads per head (lane = column, all rows in registers), both passes and
 // both sums in the one thread; pass 2 of token st-1 and pass 1 of token st share one sweep.
 template <int D, bool P2, bool P1>
@@ -330,9 +188,10 @@ __device__ __forceinline__ void scan_col_step(float (&s)[D], const float *k0, co
 
 template <int D>
 static __global__ void __launch_bounds__(D)
-scan_col_kernel(float *S, int n_slots, int n0, int T, int H, const float *__restrict__ qc, const float *__restrict__ kc,
+scan_col_kernel(float *S, int n_slots, sd_dev_pos at, int T, int H, const float *__restrict__ qc, const float *__restrict__ kc,
                 const float *__restrict__ vc, const float *__restrict__ gate, const float *__restrict__ beta,
                 float *__restrict__ y, bool vec) {
+    const int n0 = sd_pos_read(at);
     constexpr int SC = 32;
     __shared__ __align__(16) scan_tokens<D, SC, D> sh;
     const int h = blockIdx.x, j = threadIdx.x;
@@ -364,9 +223,10 @@ scan_col_kernel(float *S, int n_slots, int n0, int T, int H, const float *__rest
 }
 
 // Any d: the column is updated in place in each destination slot (same arithmetic as above).
-static __global__ void scan_global_kernel(float *S, int n_slots, int n0, int T, int H, int d, const float *__restrict__ qc,
+static __global__ void scan_global_kernel(float *S, int n_slots, sd_dev_pos at, int T, int H, int d, const float *__restrict__ qc,
                                           const float *__restrict__ kc, const float *__restrict__ vc,
                                           const float *__restrict__ gate, const float *__restrict__ beta, float *__restrict__ y) {
+    const int n0 = sd_pos_read(at);
     extern __shared__ float smem[];
     float *ksh = smem, *esh = smem + d, *qsh = smem + 2 * d;
     const int h = blockIdx.x, j = threadIdx.x;
@@ -396,32 +256,82 @@ static __global__ void scan_global_kernel(float *S, int n_slots, int n0, int T, 
     }
 }
 
+// Tiled scan (d = 32, 64, 96, 128; KW divides d): a block owns 32 value
+// columns of one head (grid H·d/32) and D/KW warps; warp w holds the state rows [w·KW, (w+1)·KW)
+// of the block's columns in registers (lane = column), so a token costs two KW-long chains per
+// thread (ks and o) and two block barriers, instead of one d-long chain. Each sum over i is the
+// D/KW warps' partial chains (i increasing inside each) added in warp order: an order fixed by
+// d and KW alone, so verify ≡ decode holds bit for bit; it differs from the CPU's single chain by
+// rounding (NMSE-level). Per element the operations are kda_step's: S·e, ks += S·k,
+// u = β(v − ks), S += k·u, o += S·(q·d^-0.5).
+template <int D, int KW>
+struct scan_tile_smem {
+    static constexpr int SC = 16, NW = D / KW; // tokens staged at once; warps
+    scan_tokens<D, SC - 1, 32> x;              // rows 0 .. SC-1: tokens c0 .. c0+SC-1
+    float ks[NW][32], o[NW][32];               // the warps' partial sums of this token
+};
+
+template <int D, int KW>
+static __global__ void __launch_bounds__(D / KW * 32)
+scan_tile_kernel(float *S, int n_slots, sd_dev_pos at, int T, int H, const float *__restrict__ qc,
+                 const float *__restrict__ kc, const float *__restrict__ vc, const float *__restrict__ gate,
+                 const float *__restrict__ beta, float *__restrict__ y, bool vec) {
+    using sm = scan_tile_smem<D, KW>;
+    __shared__ __align__(16) sm sh;
+    const int n0 = sd_pos_read(at);
+    const int h = blockIdx.x / (D / 32), j0 = (int)(blockIdx.x % (D / 32)) * 32;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, i0 = w * KW;
+    const size_t P = (size_t)H * D, per_slot = P * D, head = (size_t)h * D * D + j0 + lane;
+    const float scale = 1.0f / sqrtf((float)D);
+    float s[KW];
+    const float *src = S + (size_t)(n0 % n_slots) * per_slot + head;
+#pragma unroll
+    for (int r = 0; r < KW; r++) s[r] = src[(size_t)(i0 + r) * D];
+    for (int c0 = 0; c0 < T; c0 += sm::SC) {
+        const int nt = min(sm::SC, T - c0);
+        __syncthreads(); // the previous chunk's rows are read
+        scan_stage_chunk<D, sm::SC - 1, 32>(sh.x, c0, 0, nt, h, j0, P, H, qc, kc, vc, gate, beta, scale, vec);
+        for (int tt = 0; tt < nt; tt++) {
+            const float *k = sh.x.k[tt], *e = sh.x.e[tt], *q = sh.x.q[tt];
+            float ks = 0.0f;
+#pragma unroll
+            for (int r = 0; r < KW; r++) {
+                s[r] = s[r] * e[i0 + r];
+                ks = ks + s[r] * k[i0 + r];
+            }
+            sh.ks[w][lane] = ks;
+            __syncthreads();
+            float kt = sh.ks[0][lane];
+#pragma unroll
+            for (int v = 1; v < sm::NW; v++) kt = kt + sh.ks[v][lane];
+            const float u = sh.x.b[tt] * (sh.x.v[tt][lane] - kt);
+            float o = 0.0f;
+            float *dst = S + (size_t)((n0 + c0 + tt + 1) % n_slots) * per_slot + head;
+#pragma unroll
+            for (int r = 0; r < KW; r++) {
+                s[r] = s[r] + k[i0 + r] * u;
+                o = o + s[r] * q[i0 + r];
+                dst[(size_t)(i0 + r) * D] = s[r];
+            }
+            sh.o[w][lane] = o;
+            __syncthreads();
+            if (w == 0) {
+                float ot = sh.o[0][lane];
+#pragma unroll
+                for (int v = 1; v < sm::NW; v++) ot = ot + sh.o[v][lane];
+                y[(size_t)(c0 + tt) * P + (size_t)h * D + j0 + lane] = ot;
+            }
+        }
+    }
+}
+
 template <int D>
-static void scan_col(float *S, int n_slots, int n0, int T, int H, const float *qc, const float *kc, const float *vc,
+static void scan_col(float *S, int n_slots, sd_dev_pos n0, int T, int H, const float *qc, const float *kc, const float *vc,
                      const float *gate, const float *beta, float *y, bool vec, cudaStream_t stream) {
     scan_col_kernel<D><<<H, D, 0, stream>>>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, y, vec);
 }
 
-template <int D, int NP, int R0>
-static cudaError_t scan_pa(float *S, int n_slots, int n0, int T, int H, const float *qc, const float *kc,
-                           const float *vc, const float *gate, const float *beta, float *y, bool vec,
-                           cudaStream_t stream) {
-    const int smem = (int)sizeof(scan_pa_smem<D>);
-    static bool attr_set[64]; // over 48 KB of shared memory: raise the limit once a device
-    int dev = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e != cudaSuccess) return e;
-    if (dev >= 64 || !attr_set[dev]) {
-        e = cudaFuncSetAttribute(scan_pa_kernel<D, NP, R0>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-        if (e != cudaSuccess) return e;
-        if (dev < 64) attr_set[dev] = true;
-    }
-    scan_pa_kernel<D, NP, R0><<<H * (D / 32), 32 * (NP + 2), smem, stream>>>(S, n_slots, n0, T, H, qc, kc, vc, gate,
-                                                                            beta, y, vec);
-    return cudaSuccess;
-}
-
-extern "C" sd_code sd_cuda_kda_scan(float *S, int n_slots, int n0, int T, int H, int d, const float *qc, const float *kc,
+extern "C" sd_code sd_cuda_kda_scan(float *S, int n_slots, sd_dev_pos n0, int T, int H, int d, const float *qc, const float *kc,
                                     const float *vc, const float *gate, const float *beta, float *y, cudaStream_t stream,
                                     sd_status *st) {
     SD_NVTX("sd_cuda_kda_scan");
@@ -432,10 +342,10 @@ extern "C" sd_code sd_cuda_kda_scan(float *S, int n_slots, int n0, int T, int H,
     switch (d) {
     case 8: scan_col<8>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, y, vec, stream); break;
     case 16: scan_col<16>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, y, vec, stream); break;
-    // (producer warps, rows the ks warp holds): 8 rows a producer, 16 for the ks warp.
-    case 32: SD_CUDA_CHECK(st, (scan_pa<32, 2, 16>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, y, vec, stream))); break;
-    case 64: SD_CUDA_CHECK(st, (scan_pa<64, 6, 16>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, y, vec, stream))); break;
-    case 128: SD_CUDA_CHECK(st, (scan_pa<128, 14, 16>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, y, vec, stream))); break;
+    case 32: scan_tile_kernel<32, 32><<<H, 32, 0, stream>>>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, y, vec); break;
+    case 64: scan_tile_kernel<64, 32><<<H * 2, 64, 0, stream>>>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, y, vec); break;
+    case 96: scan_tile_kernel<96, 32><<<H * 3, 96, 0, stream>>>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, y, vec); break;
+    case 128: scan_tile_kernel<128, 32><<<H * 4, 128, 0, stream>>>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, y, vec); break;
     default:
         scan_global_kernel<<<H, d, 3 * (size_t)d * sizeof(float), stream>>>(S, n_slots, n0, T, H, d, qc, kc, vc, gate, beta, y);
     }

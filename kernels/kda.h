@@ -7,15 +7,18 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#include "cursor.h"           // sd_dev_pos
 #include "status.h"           // sd_code, sd_status
 
+// Positions come from device memory (sd_dev_pos: a state's cursor, cursor.h), read by the kernels.
+//
 // (a) Writes the raw projections q, k, v (T, P each) of positions pos0 .. pos0+T-1 into the conv
 // rows (row of position p: p % n_rows, each row [q | k | v], 3P floats), then for every new token
 // the depthwise causal conv (taps (P, W), tap W-1 on the current token, zero before position 0)
 // + silu into qc, kc, vc (T, P), and per head q, k ← x / sqrt(Σx² + 1e-6).
 sd_code sd_cuda_kda_conv(float *conv_rows, int n_rows, const float *q, const float *k, const float *v,
                          const float *q_conv, const float *k_conv, const float *v_conv, int T, int H, int d, int W,
-                         int pos0, float *qc, float *kc, float *vc, cudaStream_t stream, sd_status *st);
+                         sd_dev_pos pos0, float *qc, float *kc, float *vc, cudaStream_t stream, sd_status *st);
 
 // (b) In place: gate (T, P) ← -exp(A_log[h]) · softplus(gate + dt_bias), beta (T, H) ← sigmoid(beta).
 sd_code sd_cuda_kda_gates(float *gate, float *beta, const float *A_log, const float *dt_bias, int T, int H, int d,
@@ -23,9 +26,10 @@ sd_code sd_cuda_kda_gates(float *gate, float *beta, const float *A_log, const fl
 
 // (c) The recurrence over T tokens: reads the state after n0 tokens from slot n0 % n_slots of S
 // (n_slots × H × d × d, fp32, S[slot][h][i][j]) and writes slots n0+1 .. n0+T; y (T, P) gets
-// o_h = S_hᵀ(q_h · d^-0.5). Each sum over the key index i is one thread's chain in increasing i,
-// exactly the CPU's kda_step order, whatever T is (verify ≡ decode bit for bit).
-sd_code sd_cuda_kda_scan(float *S, int n_slots, int n0, int T, int H, int d, const float *qc, const float *kc,
+// o_h = S_hᵀ(q_h · d^-0.5). Each sum over the key index i has an order fixed by d alone
+// (kernels/kda.cu: partial chains per 32 keys at d = 32..128), whatever T is: verify ≡ decode
+// bit for bit; against the CPU's single chain it differs by rounding.
+sd_code sd_cuda_kda_scan(float *S, int n_slots, sd_dev_pos n0, int T, int H, int d, const float *qc, const float *kc,
                          const float *vc, const float *gate, const float *beta, float *y, cudaStream_t stream,
                          sd_status *st);
 
