@@ -1,7 +1,12 @@
 // decode.c — plain decode: prefill, then one forward + commit(1) per token.
+//
+// Every new token is chosen in the backend by the forward that computes its logits: greedy
+// steps ask for the argmax, sampled steps for a draw (sd_forward_opts: the softmax lands in the
+// state's logits scratch) — one int comes back per step, never V floats. The draw of the token
+// that follows committed length L is sd_uniform(seed, 0, L, SD_DRAW_DECODE), as sd_pick_token
+// takes it from host logits.
 #include "decode.h"
 #include <stdbool.h>
-#include <stdlib.h>
 #include "philox.h" // sd_uniform
 #include "sample.h" // sd_argmax, sd_softmax, sd_sample
 
@@ -13,21 +18,21 @@ int sd_pick_token(const float *logits, int V, float temperature, uint64_t seed, 
 
 sd_code sd_decode(const sd_model *m, sd_state *s, const int *prompt, int n_prompt, int max_new,
                   float temperature, uint64_t seed, int *out, sd_status *st) {
-    const int V = m->cfg.vocab_size;
-    float *logits = malloc(sizeof(float) * 2 * (size_t)V);
-    if (!logits) return sd_fail(st, SD_ERR_SYS, "out of memory");
-    sd_code rc = sd_prefill(m, s, prompt, n_prompt, logits, st);
-    // Greedy steps ask the backend for the argmax only (one int back instead of V floats).
+    if (n_prompt < 1) return sd_fail(st, SD_ERR_USAGE, "decode: the prompt needs at least one token, got %d", n_prompt);
+    // The prompt but its last token; that token's forward chooses the first new one.
+    sd_code rc = sd_prefill(m, s, prompt, n_prompt - 1, NULL, st);
     const bool greedy = temperature <= 0.0f;
-    int top = greedy ? sd_argmax(logits, V) : 0;
-    sd_forward_opts argmax_only = {.argmax = &top};
+    int tok = prompt[n_prompt - 1];
     for (int i = 0; !rc && i < max_new; i++) {
-        out[i] = greedy ? top : sd_pick_token(logits, V, temperature, seed, s->len, logits + V);
-        if (i + 1 == max_new) break;
-        rc = sd_forward(m, s, &out[i], 1, greedy ? NULL : logits, 0, greedy ? &argmax_only : NULL, st);
+        // tok sits at position L - 1; the token after it is drawn at L (its committed length).
+        const uint32_t L = (uint32_t)sd_state_next_pos(s) + 1;
+        sd_forward_opts pick = {.argmax = &out[i]};
+        if (!greedy)
+            pick = (sd_forward_opts){.temperature = temperature, .draw = {seed, 0, L, SD_DRAW_DECODE}, .sampled = &out[i]};
+        rc = sd_forward(m, s, &tok, 1, NULL, 0, &pick, st);
         if (!rc) rc = sd_state_commit(s, 1, st);
+        tok = out[i];
     }
-    free(logits);
     return rc;
 }
 

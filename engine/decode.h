@@ -8,7 +8,8 @@
 // `scratch` holds V floats.
 int sd_pick_token(const float *logits, int V, float temperature, uint64_t seed, int pos, float *scratch);
 
-// Prefill the prompt (s must be empty), then generate max_new tokens into out.
+// Prefill the prompt (s must be empty, n_prompt >= 1), then generate max_new tokens into out:
+// each chosen in the backend (argmax, or sd_pick_token's draw), one int back per token.
 sd_code sd_decode(const sd_model *m, sd_state *s, const int *prompt, int n_prompt, int max_new,
                   float temperature, uint64_t seed, int *out, sd_status *st);
 

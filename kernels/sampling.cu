@@ -3,12 +3,15 @@
 //            by (value, index) — exact comparisons, so any merge order gives the CPU's answer.
 //   softmax: the argmax block, then e_i in parallel, the sum by one thread in index order (the
 //            CPU's rounding), the scale in parallel.
-//   sample:  one thread, the CPU loop as written (a float running sum is inherently sequential).
+//   sample:  one thread per row, the CPU loop as written (sd_dev_sample in sampling.cuh, shared
+//            with acceptance.cu; a float running sum is inherently sequential). Row r draws at
+//            position pos + r, so a forward's rows draw what the CPU's per-row loop draws.
 #include "sampling.h"
-#include "common.cuh"
-#include "philox.h" // sd_uniform (host and device)
+#include "philox.h"       // sd_uniform (host and device)
+#include "sampling.cuh"   // sd_dev_sample
 
 #define SAMPLE_THREADS 1024
+#define ARGMAX_U 8 // float4 chunks a thread has in flight in block_argmax
 
 // (value, index) of the first maximum of x[0..n), NaN skipped; index -1 when every entry is NaN.
 // All threads return the result. sv, si hold SAMPLE_THREADS entries.
@@ -16,10 +19,34 @@ __device__ static void block_argmax(const float *x, int n, float *sv, int *si, f
     const int tid = threadIdx.x;
     float bv = 0.0f;
     int bi = -1;
-    for (int i = tid; i < n; i += blockDim.x) {
-        const float v = x[i];
-        if (isnan(v)) continue;
-        if (bi < 0 || v > bv) { bv = v; bi = i; }
+    // Each thread visits its entries in increasing index order (the first max wins within a
+    // thread; the merge below breaks ties by index). 16-byte rows: float4 chunks tid, tid + bs,
+    // ..., ARGMAX_U of them loaded before any is compared, so a row of 160K entries is a few
+    // round trips, not one per entry.
+    if (((uintptr_t)x & 15) == 0 && n % 4 == 0) {
+        const float4 *x4 = (const float4 *)x;
+        const int n4 = n / 4, bs = (int)blockDim.x;
+        for (int c0 = tid; c0 < n4; c0 += ARGMAX_U * bs) {
+            float4 f[ARGMAX_U];
+#pragma unroll
+            for (int u = 0; u < ARGMAX_U; u++)
+                if (c0 + u * bs < n4) f[u] = __ldg(x4 + c0 + u * bs);
+#pragma unroll
+            for (int u = 0; u < ARGMAX_U; u++) {
+                const int c = c0 + u * bs;
+                if (c >= n4) break;
+                const float v[4] = {f[u].x, f[u].y, f[u].z, f[u].w};
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    if (!isnan(v[e]) && (bi < 0 || v[e] > bv)) { bv = v[e]; bi = 4 * c + e; }
+            }
+        }
+    } else {
+        for (int i = tid; i < n; i += blockDim.x) {
+            const float v = x[i];
+            if (isnan(v)) continue;
+            if (bi < 0 || v > bv) { bv = v; bi = i; }
+        }
     }
     sv[tid] = bv;
     si[tid] = bi;
@@ -94,22 +121,20 @@ extern "C" sd_code sd_cuda_softmax(const float *logits, int rows, int n, float t
     return SD_OK;
 }
 
+// One thread per row (blockIdx.x): the row's draw at position pos + r.
 static __global__ void sample_kernel(const float *__restrict__ p, int n, uint64_t seed, uint32_t round, uint32_t pos,
                                      uint32_t purpose, int *__restrict__ out) {
-    const float u = sd_uniform(seed, round, pos, purpose);
-    float total = 0.0f;
-    int last = -1;
-    for (int i = 0; i < n; i++)
-        if (p[i] > 0) { total += p[i]; last = i; }
-    if (last < 0) { *out = -1; return; }
-    const float target = u * total;
-    float c = 0.0f;
-    for (int i = 0; i < n; i++) {
-        if (!(p[i] > 0)) continue;
-        c += p[i];
-        if (c > target) { *out = i; return; }
-    }
-    *out = last;
+    const int r = blockIdx.x;
+    out[r] = sd_dev_sample(p + (size_t)r * n, n, sd_uniform(seed, round, pos + (uint32_t)r, purpose));
+}
+
+extern "C" sd_code sd_cuda_sample_rows(const float *p, int rows, int n, uint64_t seed, uint32_t round, uint32_t pos,
+                                       uint32_t purpose, int *out, cudaStream_t stream, sd_status *st) {
+    SD_NVTX("sd_cuda_sample_rows");
+    if (rows < 1) return SD_OK;
+    sample_kernel<<<rows, 1, 0, stream>>>(p, n, seed, round, pos, purpose, out);
+    SD_LAUNCH_CHECK(st);
+    return SD_OK;
 }
 
 extern "C" sd_code sd_cuda_sample(const float *p, int n, uint64_t seed, uint32_t round, uint32_t pos, uint32_t purpose,

@@ -23,6 +23,11 @@ sd_code sd_cuda_softmax(const float *logits, int rows, int n, float temperature,
 sd_code sd_cuda_sample(const float *p, int n, uint64_t seed, uint32_t round, uint32_t pos, uint32_t purpose, int *out,
                        cudaStream_t stream, sd_status *st);
 
+// out[r] = sd_sample(p + r·n, n, sd_uniform(seed, round, pos + r, purpose)) for r < rows (out in
+// device memory): the draws of a forward's output rows, one thread per row.
+sd_code sd_cuda_sample_rows(const float *p, int rows, int n, uint64_t seed, uint32_t round, uint32_t pos,
+                            uint32_t purpose, int *out, cudaStream_t stream, sd_status *st);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,10 +1,12 @@
 // test_model.c — the forward against MODEL.md's golden vectors (an independent float64
-// implementation), verify ≡ decode bitwise, and the forward's input errors.
+// implementation), verify ≡ decode bitwise, the forward's input errors, and its head's
+// requests (argmaxes; softmax rows and Philox draws: sd_forward_opts).
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <string.h>
 #include "common.h"
-#include "sample.h" // sd_argmax
+#include "philox.h" // sd_uniform
+#include "sample.h" // sd_argmax, sd_softmax, sd_sample
 
 typedef struct { int layer, pos, sel[8]; double w[8]; } route_row;
 typedef struct { route_row *rows; int n, cap; } route_log;
@@ -187,5 +189,39 @@ Test(forward_argmax, equals_argmax_of_logits) {
         cr_assert_eq(top_b[t], top_a[t], "row %d: argmax without logits differs", t);
     }
     free(lg);
+    sd_model_free(&m);
+}
+
+// A forward asked to sample: probs rows are sd_softmax of the logits it would return, bit for
+// bit, and sampled[r] is sd_sample of row r with the draw at pos + r — with the logits copied
+// out too (they stay raw), or kept in the state (probs NULL: the softmax overwrites the scratch).
+Test(forward_sample, equals_softmax_and_draw_of_logits) {
+    sd_model m;
+    synth_from("configs/tiny.json", 3, 1, SD_MAX_LAYERS, 1.0f, &m);
+    const int V = m.cfg.vocab_size, T = 5;
+    const float temp = 0.8f;
+    const sd_draw draw = {.seed = 41, .round = 2, .pos = 17, .purpose = SD_DRAW_DRAFT};
+    int tokens[T], got_a[T], got_b[T], top[T];
+    random_tokens(22, V, T, tokens);
+    float *lg = malloc(sizeof(float) * T * V), *probs = malloc(sizeof(float) * T * V), *ref = malloc(sizeof(float) * V);
+    sd_status st = {0};
+    sd_state s;
+    for (int pass = 0; pass < 2; pass++) {
+        cr_assert_eq(sd_state_init(&s, &m.cfg, 16, T, &st), SD_OK);
+        sd_forward_opts o = {.argmax = pass ? NULL : top, .temperature = temp, .probs = pass ? NULL : probs, .draw = draw,
+                             .sampled = pass ? got_b : got_a};
+        cr_assert_eq(sd_forward(&m, &s, tokens, T, pass ? NULL : lg, 0, &o, &st), SD_OK, "%s", st.msg);
+        sd_state_free(&s);
+    }
+    for (int t = 0; t < T; t++) {
+        sd_softmax(lg + (size_t)t * V, V, temp, ref);
+        cr_assert(memcmp(ref, probs + (size_t)t * V, sizeof(float) * V) == 0, "row %d: probs differ from sd_softmax", t);
+        cr_assert_eq(top[t], sd_argmax(lg + (size_t)t * V, V), "row %d: argmax beside the draws", t);
+        cr_assert_eq(got_a[t], sd_sample(ref, V, sd_uniform(41, 2, 17 + (uint32_t)t, SD_DRAW_DRAFT)), "row %d", t);
+        cr_assert_eq(got_b[t], got_a[t], "row %d: the draw without probs differs", t);
+    }
+    free(lg);
+    free(probs);
+    free(ref);
     sd_model_free(&m);
 }

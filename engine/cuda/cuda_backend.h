@@ -2,7 +2,9 @@
 // model. A device model is an sd_model whose weights are the host model's arena copied into ONE
 // device allocation, every tensor pointer rebased (device = base + (host - host_base)); its
 // states are sd_state_init_on(..., model.backend->mem, ...): the same layout in device memory.
-// sd_forward on a device model runs walk.c; logits come back to host memory.
+// sd_forward on a device model runs walk.c and ends in head.c: logits, argmaxes and draws come
+// back to host memory, softmax rows (sd_forward_opts.probs) stay in device memory. Sampled
+// rounds accept on the device too (accept_device.c: sd_backend.accept), reading back two ints.
 #pragma once
 #include <cuda_runtime_api.h> // cudaStream_t
 #include <stddef.h>
@@ -29,9 +31,14 @@ typedef struct sd_cuda_backend {
     int *tokens;              // (tokens_cap) device copy of a forward's tokens
     int *argmax;              // (tokens_cap) each output row's argmax (sd_forward_opts.argmax)
     size_t tokens_cap;
+    int *sampled;             // (sample_cap) each output row's draw (sd_forward_opts.sampled)
+    size_t sample_cap;
+    int *accept_ints;         // (SD_CUDA_ACCEPT_INTS) the accept op's drafts, top and (n, bonus)
     // Pinned host staging.
     int *tokens_host, *sel_host; // (tokens_cap), (route_cap)
     int *argmax_host;            // (tokens_cap)
+    int *sampled_host;           // (sample_cap)
+    int *accept_ints_host;       // (SD_CUDA_ACCEPT_INTS)
     float *w_host;               // (route_cap)
     size_t route_cap;
 } sd_cuda_backend;

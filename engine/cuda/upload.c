@@ -1,12 +1,13 @@
 // upload.c — a device model: the weight arena as ONE device allocation with the host layout,
 // every tensor pointer set into it, the bytes written by a source (a host model's arena copied
 // here; the device generator in synth_device.c), the routed experts' pointers gathered into a
-// device table, and the backend object that the device model's forward, sync and free go through.
+// device table, and the backend object that the device model's forward, accept, sync and free go
+// through.
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"         // SD_CUDA_CHECK
-#include "cuda_internal.h" // sd_cuda_init_allocator, sd_cuda_sync, sd_cuda_forward
+#include "cuda_internal.h" // sd_cuda_init_allocator, sd_cuda_sync, sd_cuda_forward, sd_cuda_accept_op
 #include "cuda_model.h"    // sd_cuda_weight_source, sd_cuda_model_create
 
 static void cuda_free_model(sd_model *m);
@@ -24,8 +25,12 @@ static void backend_release(sd_cuda_backend *b) {
     cudaFree(b->experts);
     cudaFree(b->tokens);
     cudaFree(b->argmax);
+    cudaFree(b->sampled);
+    cudaFree(b->accept_ints);
     cudaFreeHost(b->tokens_host);
     cudaFreeHost(b->argmax_host);
+    cudaFreeHost(b->sampled_host);
+    cudaFreeHost(b->accept_ints_host);
     cudaFreeHost(b->sel_host);
     cudaFreeHost(b->w_host);
     if (b->stream) cudaStreamDestroy(b->stream);
@@ -115,8 +120,8 @@ static sd_code create(const sd_config *cfg, int device, const sd_cuda_weight_sou
     if (rc) return rc;
 
     sd_cuda_init_allocator(b);
-    b->base = (sd_backend){.name = "cuda", .mem = &b->mem, .forward = sd_cuda_forward, .sync = sd_cuda_sync,
-                           .sync_ctx = b, .free_model = cuda_free_model};
+    b->base = (sd_backend){.name = "cuda", .mem = &b->mem, .forward = sd_cuda_forward, .accept = sd_cuda_accept_op,
+                           .sync = sd_cuda_sync, .sync_ctx = b, .free_model = cuda_free_model};
     dev->backend = &b->base;
     return SD_OK;
 }

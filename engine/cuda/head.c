@@ -1,0 +1,72 @@
+// head.c — the end of the CUDA forward (model.c's head on the device): rmsnorm + lm_head of the
+// output rows into the state's logits scratch, then each request of the caller on b->stream in
+// this order — the logits copied to the host, the argmaxes, the softmax rows (into opts->probs
+// in device memory, or in place over the scratch), the draws — then the forward's one drain,
+// after which the host results are copied out of pinned staging. The order makes the in-place
+// softmax safe: the copy and the argmax read the scratch before the softmax overwrites it.
+// Numerics are kernels/sampling.cu's: the CPU's operation order (expf may differ by an ulp).
+#include <stdbool.h>
+#include <string.h>
+#include "check.h"         // SD_CUDA_CHECK
+#include "cuda_internal.h" // sd_cuda_head
+#include "linear.h"        // sd_cuda_linear
+#include "rows.h"          // sd_cuda_rmsnorm
+#include "sampling.h"      // sd_cuda_argmax, sd_cuda_softmax, sd_cuda_sample_rows
+
+#define TRY(call)                      \
+    do {                               \
+        sd_code try_rc_ = (call);      \
+        if (try_rc_) return try_rc_;   \
+    } while (0)
+
+// Device and pinned buffers for the draws of n rows (grown, never shrunk). Called before the
+// head's launches: the stream holds no copy out of the old buffers (every forward drains).
+static sd_code ensure_sample_buffers(sd_cuda_backend *b, int n, sd_status *st) {
+    if ((size_t)n <= b->sample_cap) return SD_OK;
+    cudaFree(b->sampled);
+    cudaFreeHost(b->sampled_host);
+    b->sampled = b->sampled_host = NULL;
+    b->sample_cap = 0;
+    SD_CUDA_CHECK(st, cudaMalloc((void **)&b->sampled, (size_t)n * sizeof(int)));
+    SD_CUDA_CHECK(st, cudaMallocHost((void **)&b->sampled_host, (size_t)n * sizeof(int)));
+    b->sample_cap = (size_t)n;
+    return SD_OK;
+}
+
+sd_code sd_cuda_head(sd_cuda_backend *b, const sd_model *m, sd_state *s, int T, float *logits, int last_only,
+                     const sd_forward_opts *opts, sd_status *st) {
+    const sd_config *c = &m->cfg;
+    const int D = c->hidden_size, V = c->vocab_size;
+    const int first = last_only ? T - 1 : 0, n_out = T - first;
+    int *argmax = opts ? opts->argmax : NULL, *sampled = opts ? opts->sampled : NULL;
+    float *probs = opts ? opts->probs : NULL;
+    const bool sampling = probs || sampled;
+    cudaStream_t q = b->stream;
+    sd_scratch *x = &s->scratch;
+
+    if (sampled) TRY(ensure_sample_buffers(b, s->max_T > T ? s->max_T : T, st));
+    if (logits || argmax || sampling) { // the logits stay on the device unless asked for
+        TRY(sd_cuda_rmsnorm(x->x + (size_t)first * D, m->w.final_norm, n_out, D, c->rms_norm_eps, x->a, q, st));
+        TRY(sd_cuda_linear(&m->w.lm_head, x->a, n_out, x->logits, q, st));
+        if (logits)
+            SD_CUDA_CHECK(st, cudaMemcpyAsync(logits, x->logits, sizeof(float) * (size_t)n_out * V, cudaMemcpyDeviceToHost, q));
+        if (argmax) {
+            TRY(sd_cuda_argmax(x->logits, n_out, V, b->argmax, q, st));
+            SD_CUDA_CHECK(st, cudaMemcpyAsync(b->argmax_host, b->argmax, sizeof(int) * (size_t)n_out, cudaMemcpyDeviceToHost, q));
+        }
+        if (sampling) { // p rows stay on the device; n_out ints come back
+            float *p = probs ? probs : x->logits;
+            TRY(sd_cuda_softmax(x->logits, n_out, V, opts->temperature, p, q, st));
+            if (sampled) {
+                const sd_draw *d = &opts->draw;
+                TRY(sd_cuda_sample_rows(p, n_out, V, d->seed, d->round, d->pos, d->purpose, b->sampled, q, st));
+                SD_CUDA_CHECK(st, cudaMemcpyAsync(b->sampled_host, b->sampled, sizeof(int) * (size_t)n_out,
+                                                  cudaMemcpyDeviceToHost, q));
+            }
+        }
+    }
+    SD_CUDA_CHECK(st, cudaStreamSynchronize(q));
+    if (argmax) memcpy(argmax, b->argmax_host, sizeof(int) * (size_t)n_out);
+    if (sampled) memcpy(sampled, b->sampled_host, sizeof(int) * (size_t)n_out);
+    return SD_OK;
+}
