@@ -5,7 +5,9 @@
 //      in bf16), a prompt of --ctx tokens prefilled, then at that context the decode step (T = 1)
 //      and the verify pass (T = k+1, k = 1..kmax), each rolled back after the step so every
 //      repetition sees the same context: host-clock median over --reps steps (sd_forward drains
-//      the stream, logits land in pinned host memory);
+//      the stream; each row's argmax comes back, as in a decode step or a greedy verify); then
+//      the decode step and the largest verify again as replays of one captured CUDA graph
+//      (cuda_graph.h, arm "graph"): the launch overhead eager mode pays;
 //   3. the bytes a step must move: every weight read once (embedding rows of the T tokens, every
 //      non-expert tensor, lm_head), the DISTINCT routed experts the step's tokens select (counted
 //      from the routing of the same step, per layer, through opts.on_route), the KDA state read
@@ -28,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cuda_backend.h" // sd_cuda_backend_of, sd_cuda_state_init
+#include "cuda_graph.h"   // sd_cuda_graph_capture, sd_cuda_graph_forward
 #include "cuda_layers.h"  // sd_cuda_kda_forward, sd_cuda_mla_forward, sd_cuda_moe_forward
 #include "cuda_synth.h"   // sd_cuda_model_synth
 #include "linear.h"       // sd_cuda_linear, sd_cuda_linear_multi(_norm)
@@ -214,45 +217,67 @@ static void print_row(const char *config, const char *arm, int T, const bench_op
     fflush(stdout);
 }
 
-// One step of T tokens at the current context, rolled back afterwards.
-static void step(const sd_model *dev, sd_state *s, const int *toks, int T, float *logits, const sd_forward_opts *opts) {
-    OKS(sd_forward(dev, s, toks, T, logits, 0, opts, &st_));
+// One step of T tokens at the current context, rolled back afterwards. It ends as a decode step
+// or a greedy verify does: each row's argmax (T ints) comes back, the logits stay on the device.
+static void step(const sd_model *dev, sd_state *s, const int *toks, int T, const sd_forward_opts *opts) {
+    int top[64];
+    sd_forward_opts o = opts ? *opts : (sd_forward_opts){0};
+    o.argmax = top;
+    OKS(sd_forward(dev, s, toks, T, NULL, 0, &o, &st_));
     OKS(sd_state_commit(s, 0, &st_));
 }
 
-static void measure(const char *config, const sd_model *dev, sd_state *s, int T, bool eager, const bench_opts *o,
-                    float *logits) {
+// How a measured step runs: sd_forward with the device-table MoE arm, with the eager arm, or as
+// a replay of a CUDA graph captured once (cuda_graph.h; device-table arm).
+typedef enum { ARM_DEVICE, ARM_EAGER, ARM_GRAPH } step_arm;
+static const char *arm_name[] = {"device", "eager", "graph"};
+
+// One timed step: as step(), or one graph replay (then rolled back the same way).
+static void timed_step(const sd_model *dev, sd_state *s, const int *toks, int T, sd_cuda_graph *g) {
+    if (!g) return step(dev, s, toks, T, NULL);
+    int top[64];
+    OKS(sd_cuda_graph_forward(g, toks, top, &st_));
+    OKS(sd_state_commit(s, 0, &st_));
+}
+
+static void measure(const char *config, const sd_model *dev, sd_state *s, int T, step_arm arm, const bench_opts *o) {
     const sd_config *c = &dev->cfg;
     sd_cuda_backend *b = sd_cuda_backend_of(dev);
-    b->moe_arm = eager ? SD_CUDA_MOE_EAGER : SD_CUDA_MOE_DEVICE_TABLE;
+    b->moe_arm = arm == ARM_EAGER ? SD_CUDA_MOE_EAGER : SD_CUDA_MOE_DEVICE_TABLE;
     int toks[64];
     tokens_of(1000u + (uint32_t)T, c->vocab_size, T, toks);
     // The routing of this very step (deterministic: the same tokens at the same context).
     route_seen r = {.L = c->num_hidden_layers, .E = c->num_experts};
     r.seen = calloc((size_t)r.L * (r.E ? r.E : 1), 1);
     const sd_forward_opts ropts = {.on_route = on_route, .route_ctx = &r};
-    step(dev, s, toks, T, logits, &ropts);
+    step(dev, s, toks, T, &ropts);
     int n_moe = 0;
     double distinct = 0;
     for (int l = 0; l < c->num_hidden_layers; l++)
         if (dev->w.layers[l].is_moe) { distinct += distinct_of(&r, l); n_moe++; }
-    for (int i = 0; i < 3; i++) step(dev, s, toks, T, logits, NULL);
+    sd_cuda_graph graph, *g = NULL;
+    if (arm == ARM_GRAPH) {
+        OKS(sd_cuda_graph_capture(dev, s, T, &graph, &st_));
+        g = &graph;
+    }
+    for (int i = 0; i < 3; i++) timed_step(dev, s, toks, T, g);
     double *ms = malloc(sizeof(double) * (size_t)o->reps);
     for (int i = 0; i < o->reps; i++) {
         const double t0 = now_ms();
-        step(dev, s, toks, T, logits, NULL);
+        timed_step(dev, s, toks, T, g);
         ms[i] = now_ms() - t0;
     }
+    if (g) sd_cuda_graph_free(g);
     const double med = median(ms, o->reps), mn = ms[0], p90 = ms[(int)(0.9 * (o->reps - 1))];
     // Level-2 split (drains around each bucket).
     trace_burst tb;
     trace_burst_begin(&tb, 2, T - 1, dev->backend->sync, dev->backend->sync_ctx);
     const sd_forward_opts topts = {.trace = &tb};
-    step(dev, s, toks, T, logits, &topts);
+    step(dev, s, toks, T, &topts);
     const double split[4] = {tb.bucket_ns[TRACE_BUCKET_VKDA] * 1e-6, tb.bucket_ns[TRACE_BUCKET_SCAN] * 1e-6,
                              tb.bucket_ns[TRACE_BUCKET_VMLA] * 1e-6, tb.bucket_ns[TRACE_BUCKET_VFFN] * 1e-6};
     const step_bytes sb = bytes_of_step(dev, &r, s->len, T);
-    print_row(config, eager ? "eager" : "device", T, o, med, mn, p90, &sb, n_moe ? distinct / n_moe : 0, split);
+    print_row(config, arm_name[arm], T, o, med, mn, p90, &sb, n_moe ? distinct / n_moe : 0, split);
     free(ms);
     free(r.seen);
     b->moe_arm = SD_CUDA_MOE_DEVICE_TABLE;
@@ -443,32 +468,30 @@ static void run_config(const char *name, const bench_opts *o) {
            name, dev.w.arena_bytes, t_synth, t_prefill, o->ctx);
     printf("%-22s %-6s %2s %9s %9s %8s %7s %8s %7s\n", "config", "arm", "T", "ms_med", "ms_min", "GB", "exp/lyr", "GB/s",
            "%roof");
-    float *logits;
-    CK(cudaMallocHost((void **)&logits, sizeof(float) * (size_t)max_T * cfg.vocab_size));
     if (o->profile) {
         int toks[64];
         tokens_of(99, cfg.vocab_size, max_T, toks);
-        step(&dev, &s, toks, 1, logits, NULL);
-        step(&dev, &s, toks, max_T, logits, NULL);
+        step(&dev, &s, toks, 1, NULL);
+        step(&dev, &s, toks, max_T, NULL);
         CK(cudaProfilerStart());
-        step(&dev, &s, toks, 1, logits, NULL);
-        step(&dev, &s, toks, max_T, logits, NULL);
+        step(&dev, &s, toks, 1, NULL);
+        step(&dev, &s, toks, max_T, NULL);
         CK(cudaProfilerStop());
-        CK(cudaFreeHost(logits));
         free(prompt);
         sd_state_free(&s);
         sd_model_free(&dev);
         return;
     }
-    for (int T = 1; T <= max_T; T++) measure(name, &dev, &s, T, false, o, logits);
+    for (int T = 1; T <= max_T; T++) measure(name, &dev, &s, T, ARM_DEVICE, o);
+    measure(name, &dev, &s, 1, ARM_GRAPH, o); // the same step, one captured graph replayed
+    measure(name, &dev, &s, max_T, ARM_GRAPH, o);
     if (o->eager) {
-        measure(name, &dev, &s, 1, true, o, logits);
-        measure(name, &dev, &s, max_T, true, o, logits);
+        measure(name, &dev, &s, 1, ARM_EAGER, o);
+        measure(name, &dev, &s, max_T, ARM_EAGER, o);
     }
     sublayers(name, &dev, &s, 1, o);
     sublayers(name, &dev, &s, max_T, o);
     norm_fusion(name, &dev, &s, 1);
-    CK(cudaFreeHost(logits));
     free(prompt);
     sd_state_free(&s);
     sd_model_free(&dev);

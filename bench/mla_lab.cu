@@ -280,7 +280,7 @@ static void run_v(int version, dev_bufs &d, int T, int pos0, float *mo, cudaStre
     }
     g_mla_force_hg = version == 3 ? 1 : version == 4 ? 2 : version == 5 ? 4 : 0;
     sd_status st = {};
-    if (sd_cuda_mla_attend(d.q, &d.kv_b, d.c, d.kpe, T, HM, DN, DR, DV, RR, pos0, mo, s, &st) != SD_OK) {
+    if (sd_cuda_mla_attend(d.q, &d.kv_b, d.c, d.kpe, T, HM, DN, DR, DV, RR, sd_pos_fixed(pos0), mo, s, &st) != SD_OK) {
         fprintf(stderr, "sd_cuda_mla_attend (version %d): %s\n", version, st.msg);
         exit(1);
     }
@@ -314,7 +314,7 @@ int main(int argc, char **argv) {
         at[0].id = cudaLaunchAttributeClusterDimension;
         at[0].val.clusterDim.x = MLA_CL; at[0].val.clusterDim.y = 1; at[0].val.clusterDim.z = 1;
         cfg.attrs = at; cfg.numAttrs = 1;
-        void (*kern)(const float *, const void *, const float *, const float *, int, int, int, int, int, int, int, float *) =
+        void (*kern)(const float *, const void *, const float *, const float *, int, int, int, int, int, sd_dev_pos, int, float *) =
             hg == 1 ? attend_kernel<1, 16, true> : hg == 2 ? attend_kernel<2, 16, true> : attend_kernel<4, 16, true>;
         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
         cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, kern, &cfg);

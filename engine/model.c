@@ -1,11 +1,17 @@
 // model.c — loading a model and the layer walk of MODEL.md's forward function on the CPU.
+//
+// The CPU head serves every request of sd_forward_opts with sample.c: argmaxes, softmax rows
+// into probs (host memory is this backend's memory) and the Philox draws. This is the
+// reference a backend's head (engine/cuda/head.c) must match.
 #include "model.h"
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "backend.h" // sd_backend
 #include "digest.h"  // sd_sha256_file
 #include "nvtx.h"   // TRACE_RANGE_PUSH, TRACE_RANGE_POP
-#include "sample.h" // sd_argmax
+#include "philox.h" // sd_uniform
+#include "sample.h" // sd_argmax, sd_softmax, sd_sample
 #include "layers.h" // sd_kda_forward, sd_mla_forward, sd_ffn_forward, sd_moe_forward
 
 sd_code sd_model_load(sd_model *m, const char *dir, sd_status *st) {
@@ -79,10 +85,19 @@ static void layer_forward(const sd_model *m, sd_state *s, int i, int T, const sd
     TRACE_RANGE_POP();
 }
 
-sd_code sd_forward(const sd_model *m, sd_state *s, const int *tokens, int T, float *logits, int last_only,
-                   const sd_forward_opts *opts, sd_status *st) {
-    const sd_config *c = &m->cfg;
-    const int D = c->hidden_size, V = c->vocab_size;
+// The sampling request of o on n rows of logits: P_r into o->probs (or `scratch`, in place when
+// logits is the scratch: sd_softmax may alias), then sampled[r] = sd_sample(P_r, u_r).
+static void sample_rows(const sd_forward_opts *o, const float *logits, int n, int V, float *scratch) {
+    for (int r = 0; r < n; r++) {
+        float *p = (o->probs ? o->probs : scratch) + (size_t)r * V;
+        sd_softmax(logits + (size_t)r * V, V, o->temperature, p);
+        if (o->sampled)
+            o->sampled[r] = sd_sample(p, V, sd_uniform(o->draw.seed, o->draw.round, o->draw.pos + (uint32_t)r, o->draw.purpose));
+    }
+}
+
+sd_code sd_forward_check(const sd_model *m, const sd_state *s, const int *tokens, int T, sd_status *st) {
+    const int V = m->cfg.vocab_size;
     if (T < 1 || s->pending + T > s->max_T)
         return sd_fail(st, SD_ERR_USAGE, "forward: %d tokens with %d pending, this state holds at most %d uncommitted",
                        T, s->pending, s->max_T);
@@ -92,6 +107,15 @@ sd_code sd_forward(const sd_model *m, sd_state *s, const int *tokens, int T, flo
         if (tokens[t] < 0 || tokens[t] >= V)
             return sd_fail(st, SD_ERR_DATA, "forward: token %d at position %d is outside the vocabulary 0..%d", tokens[t],
                            sd_state_next_pos(s) + t, V - 1);
+    return SD_OK;
+}
+
+sd_code sd_forward(const sd_model *m, sd_state *s, const int *tokens, int T, float *logits, int last_only,
+                   const sd_forward_opts *opts, sd_status *st) {
+    const sd_config *c = &m->cfg;
+    const int D = c->hidden_size, V = c->vocab_size;
+    sd_code rc = sd_forward_check(m, s, tokens, T, st);
+    if (rc) return rc;
 
     if (m->backend) return m->backend->forward(m, s, tokens, T, logits, last_only, opts, st);
 
@@ -106,19 +130,33 @@ sd_code sd_forward(const sd_model *m, sd_state *s, const int *tokens, int T, flo
     }
 
     int *argmax = opts ? opts->argmax : NULL;
-    if (logits || argmax) {
+    const int sampling = opts && (opts->probs || opts->sampled);
+    if (logits || argmax || sampling) {
         const int first = last_only ? T - 1 : 0, n = T - first;
         float *out = logits ? logits : x->logits;
         norm_rows(x->x + (size_t)first * D, m->w.final_norm, n, D, c->rms_norm_eps, x->a);
         sd_linear(&m->w.lm_head, x->a, n, out);
         for (int r = 0; argmax && r < n; r++) argmax[r] = sd_argmax(out + (size_t)r * V, V);
+        if (sampling) sample_rows(opts, out, n, V, x->logits);
     }
-    s->pending += T;
+    sd_state_advance(s, T);
     return SD_OK;
 }
 
 sd_code sd_model_state_init(const sd_model *m, sd_state *s, int capacity, int max_T, sd_status *st) {
     return sd_state_init_on(s, &m->cfg, capacity, max_T, m->backend ? m->backend->mem : NULL, st);
+}
+
+void *sd_model_mem_alloc(const sd_model *m, size_t bytes) {
+    const sd_allocator *a = m->backend ? m->backend->mem : NULL;
+    return a ? a->alloc(bytes, a->ctx) : malloc(bytes);
+}
+
+void sd_model_mem_free(const sd_model *m, void *p) {
+    if (!p) return;
+    const sd_allocator *a = m->backend ? m->backend->mem : NULL;
+    if (a) a->free(p, a->ctx);
+    else free(p);
 }
 
 void sd_model_sync(void *model) {

@@ -1,5 +1,11 @@
 // model.h — a loaded model (config + weights on a backend) and its forward function.
+//
+// A forward's head can end in the backend: argmaxes, or softmax rows plus Philox draws
+// (sd_forward_opts), so a round moves a few ints to the host while its distributions stay in
+// the backend's memory (sd_model_mem_alloc: host memory for the CPU, device memory for CUDA).
 #pragma once
+#include <stddef.h>
+#include <stdint.h>
 #include "config.h"  // sd_config
 #include "state.h"   // sd_state
 #include "trace.h"   // trace_burst
@@ -20,6 +26,15 @@ typedef struct sd_model {
 sd_code sd_model_load(sd_model *m, const char *dir, sd_status *st);
 void sd_model_free(sd_model *m);
 
+// A sampling draw for a forward's output rows: row r uses
+// u_r = sd_uniform(seed, round, pos + r, purpose) (philox.h), the same number on every backend.
+typedef struct {
+    uint64_t seed;
+    uint32_t round;
+    uint32_t pos;     // the draw position of output row 0
+    uint32_t purpose; // sd_draw_purpose (philox.h)
+} sd_draw;
+
 // What a forward reports besides logits. All optional.
 typedef struct {
     trace_burst *trace; // level-2 verify buckets tick here when trace->level >= 2 (verify only)
@@ -30,6 +45,17 @@ typedef struct {
     // the head still runs but its logits stay in the backend: greedy rounds move T ints, not
     // T·V floats.
     int *argmax;
+    // Sampling in the backend, active when probs or sampled is set. Output row r (n_out rows:
+    // T, or 1 with last_only) becomes P_r = sd_softmax(logits_r, V, temperature) in probs + r·V
+    // (n_out × V floats in the model's backend memory: host for the CPU, the device's for CUDA;
+    // NULL: the state's logits scratch, overwritten), and sampled[r] (host memory) =
+    // sd_sample(P_r, V, u_r) with u_r from draw. temperature > 0 samples; <= 0 gives
+    // sd_softmax's limit (one-hot rows, sampled = argmax). The logits leave the backend only
+    // when the logits argument asks for them.
+    float temperature;
+    float *probs;
+    sd_draw draw;
+    int *sampled;
 } sd_forward_opts;
 
 // Run T tokens at the next positions p0 = s->len + s->pending .. p0+T-1 (T = 1 decode, k+1
@@ -40,8 +66,17 @@ typedef struct {
 sd_code sd_forward(const sd_model *m, sd_state *s, const int *tokens, int T, float *logits, int last_only,
                    const sd_forward_opts *opts, sd_status *st);
 
+// The checks every forward makes before it runs (sd_forward's errors above; a graph replay's too).
+sd_code sd_forward_check(const sd_model *m, const sd_state *s, const int *tokens, int T, sd_status *st);
+
 // A state for m on m's backend (host memory for the CPU, the device's for a device model).
 sd_code sd_model_state_init(const sd_model *m, sd_state *s, int capacity, int max_T, sd_status *st);
+
+// bytes of the model's backend memory (malloc for the CPU; the state allocator of a backend),
+// e.g. a round's distributions for sd_forward_opts.probs. NULL on failure. Release with
+// sd_model_mem_free (p may be NULL).
+void *sd_model_mem_alloc(const sd_model *m, size_t bytes);
+void sd_model_mem_free(const sd_model *m, void *p);
 
 // Drain the model's backend (a no-op on the CPU): the sync a trace boundary calls.
 void sd_model_sync(void *model);

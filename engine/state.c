@@ -51,6 +51,17 @@ static void layout(sd_state *s, bump *b) {
     x->logits = TAKE_F(b, T * (size_t)c->vocab_size);
     x->sel = take(b, sizeof(int) * T * K);
     x->w = TAKE_F(b, T * K);
+    s->cursor = take(b, 2 * sizeof(int));
+}
+
+// The cursor follows len and pending (state.h).
+static void sync_cursor(sd_state *s) {
+    if (s->mem) {
+        s->mem->set_cursor(s->cursor, s->len, s->pending, s->mem->ctx);
+    } else {
+        s->cursor[0] = s->len;
+        s->cursor[1] = s->pending;
+    }
 }
 
 sd_code sd_state_init(sd_state *s, const sd_config *cfg, int capacity, int max_T, sd_status *st) {
@@ -97,6 +108,12 @@ void sd_state_reset(sd_state *s) {
     else memset(s->arena, 0, s->arena_bytes);
     s->len = 0;
     s->pending = 0;
+    sync_cursor(s);
+}
+
+void sd_state_advance(sd_state *s, int T) {
+    s->pending += T;
+    if (!s->mem) s->cursor[1] = s->pending;
 }
 
 sd_code sd_state_commit(sd_state *s, int n, sd_status *st) {
@@ -104,6 +121,7 @@ sd_code sd_state_commit(sd_state *s, int n, sd_status *st) {
         return sd_fail(st, SD_ERR_USAGE, "state: commit(%d) with %d pending positions", n, s->pending);
     s->len += n;
     s->pending = 0;
+    sync_cursor(s);
     return SD_OK;
 }
 

@@ -7,6 +7,11 @@
 //     tokens from length n writes slots n+1 .. n+T and never the slot of n.
 //   - conv windows: the raw q/k/v projections of position p live in row p % (max_T + W - 1), so
 //     the W-1 committed inputs a window needs are never overwritten by a forward's T new rows.
+// The committed and pending counts live twice: len and pending on the host (the bookkeeping every
+// check reads) and cursor = {len, pending} in the state's own memory, where device kernels read
+// the position a launch starts at (kernels/cursor.h) — so a captured forward needs no position
+// argument. Every change of len/pending here updates both; a device forward advances the cursor
+// on its stream.
 // Forwards append pending positions (up to max_T in all, e.g. a draft's k single-token steps or
 // one (k+1)-token verify); sd_state_commit(n) keeps exactly the first n of them and drops the
 // rest, after which every live byte equals that of a state that only ever saw those tokens.
@@ -46,6 +51,8 @@ typedef struct sd_allocator {
     void *(*alloc)(size_t bytes, void *ctx); // NULL on failure
     void (*free)(void *p, void *ctx);
     void (*zero)(void *p, size_t bytes, void *ctx);
+    // cursor = {len, pending} in this memory, ordered before any later work on the state.
+    void (*set_cursor)(int *cursor, int len, int pending, void *ctx);
     void *ctx;
 } sd_allocator;
 
@@ -56,6 +63,7 @@ typedef struct sd_state {
     int max_T;    // the largest forward
     int len;      // committed positions
     int pending;  // positions computed since the last commit (len .. len+pending-1)
+    int *cursor;  // {len, pending} in the state's memory (what device kernels read)
     sd_kda_state *kda; // per layer (NULL arrays for MLA layers)
     sd_mla_state *mla; // per layer (NULL arrays for KDA layers)
     sd_scratch scratch;
@@ -71,6 +79,9 @@ sd_code sd_state_init_on(sd_state *s, const sd_config *cfg, int capacity, int ma
 void sd_state_free(sd_state *s);
 // Back to the empty sequence (length 0).
 void sd_state_reset(sd_state *s);
+// T more pending positions, after a forward of T tokens: pending += T (a host state's cursor too;
+// a device state's cursor was advanced on the device's stream by the forward's last launch).
+void sd_state_advance(sd_state *s, int T);
 // Keep the first n of the pending positions (0 <= n <= pending) and drop the rest.
 sd_code sd_state_commit(sd_state *s, int n, sd_status *st);
 

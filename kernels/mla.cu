@@ -31,11 +31,11 @@
 #define MLA_IG 8    // W_UK rows per partial sum of q̃
 
 static __global__ void __launch_bounds__(SD_NORM_THREADS)
-cache_write_kernel(const float *__restrict__ kv, const float *__restrict__ kv_norm, float eps, int R, int dr, int pos0,
+cache_write_kernel(const float *__restrict__ kv, const float *__restrict__ kv_norm, float eps, int R, int dr, sd_dev_pos at,
                    float *__restrict__ c, float *__restrict__ kpe, float *__restrict__ mq, int Hm, int dn, int rope,
                    double theta) {
     __shared__ float sh[32];
-    const int t = blockIdx.x, pos = pos0 + t;
+    const int t = blockIdx.x, pos = sd_pos_read(at) + t;
     const float *kvt = kv + (size_t)t * (R + dr);
     sd_block_rmsnorm(kvt, kv_norm, R, eps, c + (size_t)pos * R, sh);
     float *kp = kpe + (size_t)pos * dr;
@@ -58,7 +58,7 @@ cache_write_kernel(const float *__restrict__ kv, const float *__restrict__ kv_no
     if ((dr & 1) && threadIdx.x == 0) kp[dr - 1] = kvt[R + dr - 1]; // odd dr: the last entry has no pair
 }
 
-extern "C" sd_code sd_cuda_mla_cache_write(const float *kv, const float *kv_norm, float eps, int T, int R, int dr, int pos0,
+extern "C" sd_code sd_cuda_mla_cache_write(const float *kv, const float *kv_norm, float eps, int T, int R, int dr, sd_dev_pos pos0,
                                            float *c, float *kpe, float *mq, int Hm, int dn, bool rope, double theta,
                                            cudaStream_t stream, sd_status *st) {
     SD_NVTX("sd_cuda_mla_cache_write");
@@ -114,7 +114,7 @@ template <bool BF16> __device__ __forceinline__ void mla_cpw(unsigned char *dst,
 template <int HG, int NK, bool BF16>
 static __global__ void __cluster_dims__(MLA_CL, 1, 1) __launch_bounds__(ATT_WARPS * 32, HG >= 4 ? 1 : 2)
 attend_kernel(const float *__restrict__ mq, const void *__restrict__ kvb, const float *__restrict__ c,
-              const float *__restrict__ kpe, int Hm, int dn, int dr, int dv, int R, int pos0, int vec,
+              const float *__restrict__ kpe, int Hm, int dn, int dr, int dv, int R, sd_dev_pos at, int vec,
               float *__restrict__ mo) {
     namespace cg = cooperative_groups;
     constexpr int ES = BF16 ? 2 : 4;
@@ -130,7 +130,7 @@ attend_kernel(const float *__restrict__ mq, const void *__restrict__ kvb, const 
 
     const int rank = (int)cluster.block_rank();
     const int h0 = blockIdx.y * HG, nh = min(HG, Hm - h0);
-    const int t = blockIdx.z, pos = pos0 + t, qw = dn + dr, hs = dn + dv;
+    const int t = blockIdx.z, pos = sd_pos_read(at) + t, qw = dn + dr, hs = dn + dv;
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, bs = blockDim.x;
     const int RC = (R + MLA_CL - 1) / MLA_CL, VC = (dv + MLA_CL - 1) / MLA_CL, NGI = (dn + MLA_IG - 1) / MLA_IG;
     const int c0 = rank * RC, nc = max(0, min(RC, R - c0)); // this block's q̃ / latent columns
@@ -367,7 +367,7 @@ static int g_mla_force_hg = 0;
 
 template <int HG, int NK, bool BF16>
 static sd_code attend_go(dim3 grid, size_t smem, cudaStream_t stream, const float *mq, const void *kvb, const float *c,
-                         const float *kpe, int Hm, int dn, int dr, int dv, int R, int pos0, int vec, float *mo,
+                         const float *kpe, int Hm, int dn, int dr, int dv, int R, sd_dev_pos pos0, int vec, float *mo,
                          sd_status *st) {
     static size_t allowed[MLA_MAX_DEV];
     int dev = 0;
@@ -383,7 +383,7 @@ static sd_code attend_go(dim3 grid, size_t smem, cudaStream_t stream, const floa
 
 template <int HG, bool BF16>
 static sd_code attend_nk(int nk, dim3 grid, size_t smem, cudaStream_t stream, const float *mq, const void *kvb,
-                         const float *c, const float *kpe, int Hm, int dn, int dr, int dv, int R, int pos0, int vec,
+                         const float *c, const float *kpe, int Hm, int dn, int dr, int dv, int R, sd_dev_pos pos0, int vec,
                          float *mo, sd_status *st) {
     switch (nk) {
     case 1: return attend_go<HG, 1, BF16>(grid, smem, stream, mq, kvb, c, kpe, Hm, dn, dr, dv, R, pos0, vec, mo, st);
@@ -396,7 +396,7 @@ static sd_code attend_nk(int nk, dim3 grid, size_t smem, cudaStream_t stream, co
 
 template <bool BF16>
 static sd_code attend_hg(int hg, int nk, dim3 grid, size_t smem, cudaStream_t stream, const float *mq, const void *kvb,
-                         const float *c, const float *kpe, int Hm, int dn, int dr, int dv, int R, int pos0, int vec,
+                         const float *c, const float *kpe, int Hm, int dn, int dr, int dv, int R, sd_dev_pos pos0, int vec,
                          float *mo, sd_status *st) {
     switch (hg) {
     case 4: return attend_nk<4, BF16>(nk, grid, smem, stream, mq, kvb, c, kpe, Hm, dn, dr, dv, R, pos0, vec, mo, st);
@@ -406,7 +406,7 @@ static sd_code attend_hg(int hg, int nk, dim3 grid, size_t smem, cudaStream_t st
 }
 
 extern "C" sd_code sd_cuda_mla_attend(const float *mq, const sd_mat *kv_b, const float *c, const float *kpe, int T, int Hm,
-                                      int dn, int dr, int dv, int R, int pos0, float *mo, cudaStream_t stream, sd_status *st) {
+                                      int dn, int dr, int dv, int R, sd_dev_pos pos0, float *mo, cudaStream_t stream, sd_status *st) {
     SD_NVTX("sd_cuda_mla_attend");
     if (R < 1 || R > 512) return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda mla: kv_lora_rank %d outside 1..512", R);
     if (kv_b->dtype != SD_DT_BF16 && kv_b->dtype != SD_DT_F32)

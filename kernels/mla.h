@@ -7,15 +7,18 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#include "cursor.h" // sd_dev_pos
 #include "ops.h"    // sd_mat
 #include "status.h" // sd_code, sd_status
 
+// Positions come from device memory (sd_dev_pos: a state's cursor, cursor.h), read by the kernels.
+//
 // Cache write for positions pos0 .. pos0+T-1: c[pos] = rmsnorm(kv[t][0..R), kv_norm, eps),
 // kpe[pos] = kv[t][R..R+dr); with rope (mla_use_nope false) kpe[pos] and every head's rope part of
 // mq[t] (T, Hm·(dn+dr)) are rotated in place: interleaved pairs (2i, 2i+1) by the angle
 // pos·θ^(-2i/dr), computed in double on the device and rounded to float once — the CPU's formula
 // (engine/cpu/mla.c rope), evaluated with the device's double pow/cos/sin.
-sd_code sd_cuda_mla_cache_write(const float *kv, const float *kv_norm, float eps, int T, int R, int dr, int pos0,
+sd_code sd_cuda_mla_cache_write(const float *kv, const float *kv_norm, float eps, int T, int R, int dr, sd_dev_pos pos0,
                                 float *c, float *kpe, float *mq, int Hm, int dn, bool rope, double theta,
                                 cudaStream_t stream, sd_status *st);
 
@@ -26,7 +29,7 @@ sd_code sd_cuda_mla_cache_write(const float *kv, const float *kv_norm, float eps
 // alone and merged in chunk order (kernels/mla.cu); needs no scratch. Bitwise the same for a token
 // alone or inside a T-token call.
 sd_code sd_cuda_mla_attend(const float *mq, const sd_mat *kv_b, const float *c, const float *kpe, int T, int Hm, int dn,
-                           int dr, int dv, int R, int pos0, float *mo, cudaStream_t stream, sd_status *st);
+                           int dr, int dv, int R, sd_dev_pos pos0, float *mo, cudaStream_t stream, sd_status *st);
 
 #ifdef __cplusplus
 }

@@ -340,7 +340,7 @@ static void pair_free(pair *p) {
     sd_model_free(&p->host);
 }
 static void advance(sd_state *s, int T) {
-    s->pending += T;
+    sd_state_advance(s, T);
     sd_state_commit(s, T, NULL);
 }
 static int first_layer(const sd_config *c, sd_mixer mixer) {

@@ -87,7 +87,7 @@ static void run_mixer(const sd_model *m, const sd_config *c, int layer, const fl
         const int T = n - t < chunk ? n - t : chunk;
         if (ly->mixer == SD_MIXER_KDA) sd_kda_forward(&ly->kda, c, s, layer, a + (size_t)t * D, T, out + (size_t)t * D, NULL);
         else sd_mla_forward(&ly->mla, c, s, layer, a + (size_t)t * D, T, out + (size_t)t * D);
-        s->pending += T; // what sd_forward does after its layer walk
+        sd_state_advance(s, T); // what sd_forward does after its layer walk
         cr_assert_eq(sd_state_commit(s, T, &st), SD_OK, "%s", st.msg);
     }
 }

@@ -1,4 +1,5 @@
-// cuda_internal.h — what device.c, upload.c and walk.c share inside the CUDA backend.
+// cuda_internal.h — what device.c, upload.c, walk.c, head.c and accept_device.c share inside the
+// CUDA backend.
 #pragma once
 #include <stdbool.h>
 #include "cuda_backend.h" // sd_cuda_backend
@@ -12,3 +13,20 @@ void sd_cuda_sync(void *ctx);
 // sd_backend.forward (walk.c).
 sd_code sd_cuda_forward(const sd_model *m, sd_state *s, const int *tokens, int T, float *logits, int last_only,
                         const sd_forward_opts *opts, sd_status *st);
+// The layer walk of sd_cuda_forward (walk.c): embed the T tokens at `tokens` (device memory),
+// every layer, then the cursor advance (pending += T on the device; the host's side is the
+// caller's). Every launch on b->stream with no host sync unless opts asks for one (level-2
+// trace buckets, on_route) or b->moe_arm is the eager arm: otherwise capturable in a graph.
+sd_code sd_cuda_walk(sd_cuda_backend *b, const sd_model *m, sd_state *s, const int *tokens, int T,
+                     const sd_forward_opts *opts, sd_status *st);
+// The end of sd_cuda_forward (head.c): rmsnorm + lm_head of the output rows (T, or row T-1 with
+// last_only) into the state's logits scratch, then what logits and opts ask for (logits,
+// argmax, softmax into opts->probs, draws), then the forward's one drain of b->stream: every
+// host result is valid on return. Without logits or a request of opts it only drains.
+sd_code sd_cuda_head(sd_cuda_backend *b, const sd_model *m, sd_state *s, int T, float *logits, int last_only,
+                     const sd_forward_opts *opts, sd_status *st);
+// Is p an allocation in b's device memory? Else a usage error naming `what` (head.c).
+sd_code sd_cuda_check_device_ptr(const sd_cuda_backend *b, const void *p, const char *what, sd_status *st);
+// sd_backend.accept (accept_device.c).
+#define SD_CUDA_ACCEPT_INTS (2 * SD_ACCEPT_MAX_K + 3) // drafts, top (k+1), (n, bonus)
+sd_code sd_cuda_accept_op(const sd_model *m, const sd_accept_args *a, int *n, int *bonus, sd_status *st);

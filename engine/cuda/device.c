@@ -1,7 +1,9 @@
-// device.c — device discovery, names, the state allocator and the stream sync of the CUDA backend.
+// device.c — device discovery, names, the state allocator, the stream sync and the pointer check
+// of the CUDA backend.
 #include <stdio.h>
 #include "check.h"        // SD_CUDA_CHECK
 #include "cuda_backend.h" // sd_cuda_backend
+#include "cursor.h"       // sd_cuda_cursor_set
 #include "cuda_internal.h"
 
 int sd_cuda_device_count(void) {
@@ -46,8 +48,17 @@ static void dev_zero(void *p, size_t bytes, void *ctx) {
     cudaStreamSynchronize(b->stream);
 }
 
+// A launch on the model's stream: ordered before the next forward's kernels read the cursor.
+static void dev_set_cursor(int *cursor, int len, int pending, void *ctx) {
+    const sd_cuda_backend *b = ctx;
+    cudaSetDevice(b->device);
+    sd_status st = {0};
+    if (sd_cuda_cursor_set(cursor, len, pending, b->stream, &st) != SD_OK)
+        fprintf(stderr, "specdec: cuda state cursor: %s\n", st.msg); // the next forward's launch check reports it too
+}
+
 void sd_cuda_init_allocator(sd_cuda_backend *b) {
-    b->mem = (sd_allocator){.alloc = dev_alloc, .free = dev_free, .zero = dev_zero, .ctx = b};
+    b->mem = (sd_allocator){.alloc = dev_alloc, .free = dev_free, .zero = dev_zero, .set_cursor = dev_set_cursor, .ctx = b};
 }
 
 bool sd_cuda_state_is_ours(const sd_cuda_backend *b, const sd_state *s) {
@@ -64,4 +75,14 @@ sd_code sd_cuda_state_init(sd_state *s, const sd_model *dev, int capacity, int m
     const sd_cuda_backend *b = sd_cuda_backend_of(dev);
     if (!b) return sd_fail(st, SD_ERR_USAGE, "cuda state: the model is not on a CUDA device");
     return sd_state_init_on(s, &dev->cfg, capacity, max_T, &b->mem, st);
+}
+
+sd_code sd_cuda_check_device_ptr(const sd_cuda_backend *b, const void *p, const char *what, sd_status *st) {
+    if (!p) return sd_fail(st, SD_ERR_USAGE, "cuda %s is NULL", what);
+    struct cudaPointerAttributes at;
+    SD_CUDA_CHECK(st, cudaPointerGetAttributes(&at, p)); // host pointers: success, type unregistered
+    if (at.type != cudaMemoryTypeDevice || at.device != b->device)
+        return sd_fail(st, SD_ERR_USAGE, "cuda %s (%p) is not in device %d memory (the model's backend memory)", what, p,
+                       b->device);
+    return SD_OK;
 }

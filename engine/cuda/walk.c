@@ -1,7 +1,10 @@
 // walk.c — the forward of model.h on one CUDA device: model.c's layer walk with every op a
-// kernel on the model's stream (kernels/*.h). Tokens go up through pinned memory, logits come
-// back at the end; the only other host syncs are the level-2 trace buckets, the route readback
-// of the eager MoE arm, and opts->on_route.
+// kernel on the model's stream (kernels/*.h). Tokens go up through pinned memory; the head
+// (head.c: logits, argmaxes, softmax rows and draws) ends the forward with its one drain; the
+// only other host syncs are the level-2 trace buckets, the route readback of the eager MoE arm,
+// and opts->on_route. Positions are never launch arguments: the kernels
+// read them from the state's cursor (kernels/cursor.h), which the walk's last launch advances —
+// what lets a CUDA graph capture the walk and replay it at any position.
 #include <stdlib.h>
 #include <string.h>
 #include <stdio.h>
@@ -11,9 +14,9 @@
 #include "cuda_layers.h"   // sd_cuda_kda_forward, sd_cuda_mla_forward, sd_cuda_moe_forward
 #include "kda.h"           // sd_cuda_kda_conv, _gates, _scan, _out
 #include "linear.h"        // sd_cuda_linear, sd_cuda_linear_multi
+#include "cursor.h"        // sd_pos_cursor, sd_cuda_cursor_advance
 #include "mla.h"           // sd_cuda_mla_cache_write, sd_cuda_mla_attend
 #include "moe.h"           // sd_cuda_moe_select, sd_cuda_moe_up, sd_cuda_moe_down, sd_cuda_moe_groups_host
-#include "sampling.h"      // sd_cuda_argmax
 #include "rows.h"          // sd_cuda_embed, sd_cuda_rmsnorm
 
 #define TRY(call)                      \
@@ -54,7 +57,7 @@ static sd_code kda_mixer(sd_cuda_backend *b, const sd_kda_weights *w, const sd_c
                          const float *a, int T, float *out, bool accumulate, const sd_lin_norm *norm, trace_burst *tb,
                          sd_status *st) {
     const int H = c->kda_num_heads, d = c->kda_head_dim, W = c->short_conv_kernel_size;
-    const int pos0 = sd_state_next_pos(s);
+    const sd_dev_pos pos0 = sd_pos_cursor(s->cursor); // read on the device: sd_state_next_pos(s)
     cudaStream_t q = b->stream;
     sd_scratch *x = &s->scratch;
     const sd_lin_job in[] = {job(&w->q, a, x->q, SD_LIN_STORE),     job(&w->k, a, x->k, SD_LIN_STORE),
@@ -87,7 +90,7 @@ static sd_code mla_mixer(sd_cuda_backend *b, const sd_mla_weights *w, const sd_c
                          const float *a, int T, float *out, bool accumulate, const sd_lin_norm *norm, sd_status *st) {
     const int Hm = c->num_attention_heads, R = c->kv_lora_rank, dn = c->qk_nope_head_dim;
     const int dr = c->qk_rope_head_dim, dv = c->v_head_dim;
-    const int pos0 = sd_state_next_pos(s);
+    const sd_dev_pos pos0 = sd_pos_cursor(s->cursor); // read on the device: sd_state_next_pos(s)
     cudaStream_t q = b->stream;
     sd_scratch *x = &s->scratch;
     sd_mla_state *m = &s->mla[layer];
@@ -275,27 +278,10 @@ static sd_code ensure_buffers(sd_cuda_backend *b, int T, sd_status *st) {
     return SD_OK;
 }
 
-sd_code sd_cuda_forward(const sd_model *m, sd_state *s, const int *tokens, int T, float *logits, int last_only,
-                        const sd_forward_opts *opts, sd_status *st) {
-    sd_cuda_backend *b = sd_cuda_backend_of(m);
+sd_code sd_cuda_walk(sd_cuda_backend *b, const sd_model *m, sd_state *s, const int *tokens, int T,
+                     const sd_forward_opts *opts, sd_status *st) {
     const sd_config *c = &m->cfg;
-    const int D = c->hidden_size, V = c->vocab_size;
-    if (!b) return sd_fail(st, SD_ERR_USAGE, "cuda forward: not a CUDA model");
-    if (!sd_cuda_state_is_ours(b, s))
-        return sd_fail(st, SD_ERR_USAGE, "cuda forward: the state is not in device %d memory (make it with sd_cuda_state_init)",
-                       b->device);
-    SD_CUDA_CHECK(st, cudaSetDevice(b->device));
-    const int first = last_only ? T - 1 : 0, n_out = T - first;
-    int *argmax = opts ? opts->argmax : NULL;
-    const bool head = logits || argmax;
-    TRY(ensure_buffers(b, s->max_T > T ? s->max_T : T, st));
-    cudaStream_t q = b->stream;
-    sd_scratch *x = &s->scratch;
-
-    SD_CUDA_CHECK(st, cudaStreamSynchronize(q)); // tokens_host may still feed the previous copy
-    memcpy(b->tokens_host, tokens, sizeof(int) * (size_t)T);
-    SD_CUDA_CHECK(st, cudaMemcpyAsync(b->tokens, b->tokens_host, sizeof(int) * (size_t)T, cudaMemcpyHostToDevice, q));
-    TRY(sd_cuda_embed(&m->w.embed, b->tokens, T, x->x, q, st));
+    TRY(sd_cuda_embed(&m->w.embed, tokens, T, s->scratch.x, b->stream, st));
     for (int i = 0; i < c->num_hidden_layers; i++) {
         char name[32];
         snprintf(name, sizeof name, "layer %d", i);
@@ -304,19 +290,27 @@ sd_code sd_cuda_forward(const sd_model *m, sd_state *s, const int *tokens, int T
         TRACE_RANGE_POP();
         if (rc) return rc;
     }
+    return sd_cuda_cursor_advance(s->cursor, T, b->stream, st); // every position is read: T more pending
+}
 
-    if (head) { // the logits stay on the device unless asked for; argmaxes travel as T ints
-        TRY(sd_cuda_rmsnorm(x->x + (size_t)first * D, m->w.final_norm, n_out, D, c->rms_norm_eps, x->a, q, st));
-        TRY(sd_cuda_linear(&m->w.lm_head, x->a, n_out, x->logits, q, st));
-        if (logits)
-            SD_CUDA_CHECK(st, cudaMemcpyAsync(logits, x->logits, sizeof(float) * (size_t)n_out * V, cudaMemcpyDeviceToHost, q));
-        if (argmax) {
-            TRY(sd_cuda_argmax(x->logits, n_out, V, b->argmax, q, st));
-            SD_CUDA_CHECK(st, cudaMemcpyAsync(b->argmax_host, b->argmax, sizeof(int) * (size_t)n_out, cudaMemcpyDeviceToHost, q));
-        }
-    }
-    SD_CUDA_CHECK(st, cudaStreamSynchronize(q));
-    if (argmax) memcpy(argmax, b->argmax_host, sizeof(int) * (size_t)n_out);
-    s->pending += T;
+sd_code sd_cuda_forward(const sd_model *m, sd_state *s, const int *tokens, int T, float *logits, int last_only,
+                        const sd_forward_opts *opts, sd_status *st) {
+    sd_cuda_backend *b = sd_cuda_backend_of(m);
+    if (!b) return sd_fail(st, SD_ERR_USAGE, "cuda forward: not a CUDA model");
+    if (!sd_cuda_state_is_ours(b, s))
+        return sd_fail(st, SD_ERR_USAGE, "cuda forward: the state is not in device %d memory (make it with sd_cuda_state_init)",
+                       b->device);
+    SD_CUDA_CHECK(st, cudaSetDevice(b->device));
+    TRY(ensure_buffers(b, s->max_T > T ? s->max_T : T, st));
+    // Checked before any launch: a refused forward leaves the state (and its cursor) as it was.
+    if (opts && opts->probs) TRY(sd_cuda_check_device_ptr(b, opts->probs, "forward: opts.probs", st));
+    cudaStream_t q = b->stream;
+
+    SD_CUDA_CHECK(st, cudaStreamSynchronize(q)); // tokens_host may still feed the previous copy
+    memcpy(b->tokens_host, tokens, sizeof(int) * (size_t)T);
+    SD_CUDA_CHECK(st, cudaMemcpyAsync(b->tokens, b->tokens_host, sizeof(int) * (size_t)T, cudaMemcpyHostToDevice, q));
+    TRY(sd_cuda_walk(b, m, s, b->tokens, T, opts, st));
+    TRY(sd_cuda_head(b, m, s, T, logits, last_only, opts, st)); // head.c: ends drained, host results valid
+    sd_state_advance(s, T); // the host's side of the cursor advanced above
     return SD_OK;
 }

@@ -1,0 +1,97 @@
+// graph.c — capture and replay of one device forward (cuda_graph.h). The captured work is exactly
+// sd_cuda_forward's launches between its token upload and its readback (walk.c sd_cuda_walk, then
+// the head's rmsnorm, lm_head and argmax), reading tokens from and writing argmaxes to the
+// graph's own device buffers, so a replay computes what sd_forward would, bit for bit.
+#include "cuda_graph.h"
+#include <string.h>
+#include "check.h"         // SD_CUDA_CHECK
+#include "cuda_internal.h" // sd_cuda_walk, sd_cuda_state_is_ours
+#include "linear.h"        // sd_cuda_linear
+#include "rows.h"          // sd_cuda_rmsnorm
+#include "sampling.h"      // sd_cuda_argmax
+
+// The graph's body on b->stream (in capture mode).
+static sd_code enqueue(sd_cuda_backend *b, const sd_model *m, sd_state *s, const sd_cuda_graph *g, sd_status *st) {
+    const sd_config *c = &m->cfg;
+    sd_scratch *x = &s->scratch;
+    sd_code rc = sd_cuda_walk(b, m, s, g->tokens, g->T, NULL, st);
+    if (!rc) rc = sd_cuda_rmsnorm(x->x, m->w.final_norm, g->T, c->hidden_size, c->rms_norm_eps, x->a, b->stream, st);
+    if (!rc) rc = sd_cuda_linear(&m->w.lm_head, x->a, g->T, x->logits, b->stream, st);
+    if (!rc) rc = sd_cuda_argmax(x->logits, g->T, c->vocab_size, g->argmax, b->stream, st);
+    return rc;
+}
+
+sd_code sd_cuda_graph_capture(const sd_model *m, sd_state *s, int T, sd_cuda_graph *g, sd_status *st) {
+    memset(g, 0, sizeof *g);
+    sd_cuda_backend *b = sd_cuda_backend_of(m);
+    if (!b || !sd_cuda_state_is_ours(b, s))
+        return sd_fail(st, SD_ERR_USAGE, "cuda graph: the model and the state must be on the same CUDA device");
+    if (b->moe_arm == SD_CUDA_MOE_EAGER)
+        return sd_fail(st, SD_ERR_USAGE, "cuda graph: the eager MoE arm syncs with the host and cannot be captured; "
+                                         "use the device-table arm");
+    if (T < 1 || T > s->max_T)
+        return sd_fail(st, SD_ERR_USAGE, "cuda graph: T = %d outside 1..%d (the state's max_T)", T, s->max_T);
+    *g = (sd_cuda_graph){.model = m, .state = s, .T = T};
+    SD_CUDA_CHECK(st, cudaSetDevice(b->device));
+    sd_code rc = SD_OK;
+    if (cudaMalloc((void **)&g->tokens, sizeof(int) * (size_t)T) != cudaSuccess ||
+        cudaMalloc((void **)&g->argmax, sizeof(int) * (size_t)T) != cudaSuccess ||
+        cudaMallocHost((void **)&g->tokens_host, sizeof(int) * (size_t)T) != cudaSuccess ||
+        cudaMallocHost((void **)&g->argmax_host, sizeof(int) * (size_t)T) != cudaSuccess)
+        rc = sd_fail(st, SD_ERR_SYS, "cuda graph: cannot allocate the token buffers: %s", cudaGetErrorString(cudaGetLastError()));
+    // Zeroed tokens: a replay before any upload still reads valid ids.
+    if (!rc && cudaMemsetAsync(g->tokens, 0, sizeof(int) * (size_t)T, b->stream) != cudaSuccess)
+        rc = sd_fail(st, SD_ERR_SYS, "cuda graph: %s", cudaGetErrorString(cudaGetLastError()));
+    if (!rc && cudaStreamSynchronize(b->stream) != cudaSuccess)
+        rc = sd_fail(st, SD_ERR_SYS, "cuda graph: %s", cudaGetErrorString(cudaGetLastError()));
+    cudaGraph_t graph = NULL;
+    if (!rc) {
+        cudaError_t e = cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal);
+        if (e != cudaSuccess) rc = sd_fail(st, SD_ERR_SYS, "cuda graph: begin capture: %s", cudaGetErrorString(e));
+    }
+    if (!rc) {
+        sd_code body = enqueue(b, m, s, g, st);
+        cudaError_t e = cudaStreamEndCapture(b->stream, &graph); // always end what began
+        if (body) rc = body;
+        else if (e != cudaSuccess) rc = sd_fail(st, SD_ERR_SYS, "cuda graph: end capture: %s", cudaGetErrorString(e));
+    }
+    if (!rc) {
+        cudaGraphExec_t exec = NULL;
+        cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+        if (e != cudaSuccess) rc = sd_fail(st, SD_ERR_SYS, "cuda graph: instantiate: %s", cudaGetErrorString(e));
+        g->exec = exec;
+    }
+    if (graph) cudaGraphDestroy(graph);
+    if (rc) {
+        (void)cudaGetLastError();
+        sd_cuda_graph_free(g);
+    }
+    return rc;
+}
+
+sd_code sd_cuda_graph_forward(sd_cuda_graph *g, const int *tokens, int *argmax, sd_status *st) {
+    if (!g->exec) return sd_fail(st, SD_ERR_USAGE, "cuda graph: not captured");
+    sd_state *s = g->state;
+    const int T = g->T;
+    sd_code rc = sd_forward_check(g->model, s, tokens, T, st);
+    if (rc) return rc;
+    const sd_cuda_backend *b = sd_cuda_backend_of(g->model);
+    SD_CUDA_CHECK(st, cudaSetDevice(b->device));
+    memcpy(g->tokens_host, tokens, sizeof(int) * (size_t)T); // the previous replay drained: free to reuse
+    SD_CUDA_CHECK(st, cudaMemcpyAsync(g->tokens, g->tokens_host, sizeof(int) * (size_t)T, cudaMemcpyHostToDevice, b->stream));
+    SD_CUDA_CHECK(st, cudaGraphLaunch((cudaGraphExec_t)g->exec, b->stream));
+    SD_CUDA_CHECK(st, cudaMemcpyAsync(g->argmax_host, g->argmax, sizeof(int) * (size_t)T, cudaMemcpyDeviceToHost, b->stream));
+    SD_CUDA_CHECK(st, cudaStreamSynchronize(b->stream));
+    memcpy(argmax, g->argmax_host, sizeof(int) * (size_t)T);
+    sd_state_advance(s, T); // the graph advanced the device cursor
+    return SD_OK;
+}
+
+void sd_cuda_graph_free(sd_cuda_graph *g) {
+    if (g->exec) cudaGraphExecDestroy((cudaGraphExec_t)g->exec);
+    cudaFree(g->tokens);
+    cudaFree(g->argmax);
+    cudaFreeHost(g->tokens_host);
+    cudaFreeHost(g->argmax_host);
+    memset(g, 0, sizeof *g);
+}
