@@ -7,7 +7,8 @@
 //      repetition sees the same context: host-clock median over --reps steps (sd_forward drains
 //      the stream; each row's argmax comes back, as in a decode step or a greedy verify); then
 //      the decode step and the largest verify again as replays of one captured CUDA graph
-//      (cuda_graph.h, arm "graph"): the launch overhead eager mode pays;
+//      (cuda_graph.h, arm "graph"): the launch overhead eager mode pays; then the stream-launched
+//      steps in plain stream order (kernels/pdl.h, arm "device/off"): what the launch overlap buys;
 //   3. the bytes a step must move: every weight read once (embedding rows of the T tokens, every
 //      non-expert tensor, lm_head), the DISTINCT routed experts the step's tokens select (counted
 //      from the routing of the same step, per layer, through opts.on_route), the KDA state read
@@ -34,6 +35,7 @@
 #include "cuda_layers.h"  // sd_cuda_kda_forward, sd_cuda_mla_forward, sd_cuda_moe_forward
 #include "cuda_synth.h"   // sd_cuda_model_synth
 #include "linear.h"       // sd_cuda_linear, sd_cuda_linear_multi(_norm)
+#include "pdl.h"          // sd_cuda_pdl
 #include "rows.h"         // sd_cuda_rmsnorm
 #include "model.h"
 #include "trace.h"        // trace_now_ns, trace_burst
@@ -277,7 +279,9 @@ static void measure(const char *config, const sd_model *dev, sd_state *s, int T,
     const double split[4] = {tb.bucket_ns[TRACE_BUCKET_VKDA] * 1e-6, tb.bucket_ns[TRACE_BUCKET_SCAN] * 1e-6,
                              tb.bucket_ns[TRACE_BUCKET_VMLA] * 1e-6, tb.bucket_ns[TRACE_BUCKET_VFFN] * 1e-6};
     const step_bytes sb = bytes_of_step(dev, &r, s->len, T);
-    print_row(config, arm_name[arm], T, o, med, mn, p90, &sb, n_moe ? distinct / n_moe : 0, split);
+    char arm_label[32];
+    snprintf(arm_label, sizeof arm_label, "%s%s", arm_name[arm], sd_cuda_pdl_on() || arm == ARM_GRAPH ? "" : "/off");
+    print_row(config, arm_label, T, o, med, mn, p90, &sb, n_moe ? distinct / n_moe : 0, split);
     free(ms);
     free(r.seen);
     b->moe_arm = SD_CUDA_MOE_DEVICE_TABLE;
@@ -485,6 +489,12 @@ static void run_config(const char *name, const bench_opts *o) {
     for (int T = 1; T <= max_T; T++) measure(name, &dev, &s, T, ARM_DEVICE, o);
     measure(name, &dev, &s, 1, ARM_GRAPH, o); // the same step, one captured graph replayed
     measure(name, &dev, &s, max_T, ARM_GRAPH, o);
+    // The same stream-launched steps without the launch overlap (kernels/pdl.h).
+    const sd_pdl_mode mode0 = sd_cuda_pdl_mode();
+    sd_cuda_pdl(SD_PDL_OFF);
+    measure(name, &dev, &s, 1, ARM_DEVICE, o);
+    measure(name, &dev, &s, max_T, ARM_DEVICE, o);
+    sd_cuda_pdl(mode0);
     if (o->eager) {
         measure(name, &dev, &s, 1, ARM_EAGER, o);
         measure(name, &dev, &s, max_T, ARM_EAGER, o);

@@ -15,6 +15,36 @@ extern "C" {
 #include "status.h" // sd_code, sd_status
 }
 #include "check.h" // SD_CUDA_CHECK, SD_LAUNCH_CHECK
+#include "pdl.h"   // sd_cuda_pdl_on
+#include <utility> // std::forward
+
+// Programmatic dependent launch (pdl.h). A kernel launched by sd_launch starts with
+// sd_pdl_enter() (or sd_pdl_trigger(), its own prologue on never-written data, then
+// sd_pdl_wait()) before its first read of anything a kernel wrote and its first write.
+__device__ __forceinline__ void sd_pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ __forceinline__ void sd_pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void sd_pdl_enter() {
+    sd_pdl_trigger();
+    sd_pdl_wait();
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...), with the programmatic-serialization attribute
+// while sd_cuda_pdl_on(). Returns the launch's error.
+template <class... KArgs, class... Args>
+static inline cudaError_t sd_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                                    Args &&...args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = sd_cuda_pdl_on() ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
 
 // An NVTX range for the lifetime of a launcher (closed on every return path).
 struct sd_nvtx_scope {

@@ -7,7 +7,10 @@ static __global__ void cursor_set_kernel(int *cursor, int len, int pending) {
     cursor[0] = len;
     cursor[1] = pending;
 }
-static __global__ void cursor_advance_kernel(int *cursor, int T) { cursor[1] += T; }
+static __global__ void cursor_advance_kernel(int *cursor, int T) {
+    sd_pdl_enter();
+    cursor[1] += T;
+}
 static __global__ void cursor_commit_kernel(int *cursor, const int *n) {
     cursor[0] += *n;
     cursor[1] = 0;
@@ -20,8 +23,7 @@ extern "C" sd_code sd_cuda_cursor_set(int *cursor, int len, int pending, cudaStr
 }
 
 extern "C" sd_code sd_cuda_cursor_advance(int *cursor, int T, cudaStream_t stream, sd_status *st) {
-    cursor_advance_kernel<<<1, 1, 0, stream>>>(cursor, T);
-    SD_LAUNCH_CHECK(st);
+    SD_CUDA_CHECK(st, sd_launch(cursor_advance_kernel, 1, 1, 0, stream, cursor, T));
     return SD_OK;
 }
 

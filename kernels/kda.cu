@@ -20,6 +20,7 @@
 
 static __global__ void conv_store_kernel(float *__restrict__ rows, int n_rows, const float *__restrict__ q,
                                          const float *__restrict__ k, const float *__restrict__ v, int T, int P, sd_dev_pos at) {
+    sd_pdl_enter();
     const int pos0 = sd_pos_read(at);
     const size_t n = (size_t)T * 3 * P;
     for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
@@ -32,6 +33,7 @@ static __global__ void conv_store_kernel(float *__restrict__ rows, int n_rows, c
 static __global__ void conv_kernel(const float *__restrict__ rows, int n_rows, const float *__restrict__ tq,
                                    const float *__restrict__ tk, const float *__restrict__ tv, int P, int d, int W,
                                    sd_dev_pos at, float *__restrict__ qc, float *__restrict__ kc, float *__restrict__ vc) {
+    sd_pdl_enter();
     __shared__ float sh[32];
     const int h = blockIdx.x, which = blockIdx.y, t = blockIdx.z, c = threadIdx.x;
     const int ch = h * d + c, pos = sd_pos_read(at) + t;
@@ -63,15 +65,16 @@ extern "C" sd_code sd_cuda_kda_conv(float *conv_rows, int n_rows, const float *q
     if (T < 1) return SD_OK;
     const int P = H * d;
     const size_t n = (size_t)T * 3 * P;
-    conv_store_kernel<<<(int)(n < 256 * 1024 ? (n + 255) / 256 : 1024), 256, 0, stream>>>(conv_rows, n_rows, q, k, v, T, P, pos0);
-    SD_LAUNCH_CHECK(st);
-    conv_kernel<<<dim3(H, 3, T), sd_round32(d), 0, stream>>>(conv_rows, n_rows, q_conv, k_conv, v_conv, P, d, W, pos0, qc, kc, vc);
-    SD_LAUNCH_CHECK(st);
+    SD_CUDA_CHECK(st, sd_launch(conv_store_kernel, (int)(n < 256 * 1024 ? (n + 255) / 256 : 1024), 256, 0, stream, conv_rows, n_rows, q,
+                                k, v, T, P, pos0));
+    SD_CUDA_CHECK(st, sd_launch(conv_kernel, dim3(H, 3, T), sd_round32(d), 0, stream, conv_rows, n_rows, q_conv, k_conv, v_conv, P,
+                                d, W, pos0, qc, kc, vc));
     return SD_OK;
 }
 
 static __global__ void gates_kernel(float *__restrict__ gate, float *__restrict__ beta, const float *__restrict__ A_log,
                                     const float *__restrict__ dt_bias, int T, int H, int d) {
+    sd_pdl_enter();
     const size_t P = (size_t)H * d, ng = (size_t)T * P, n = ng + (size_t)T * H;
     for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
         if (e < ng) {
@@ -88,8 +91,8 @@ extern "C" sd_code sd_cuda_kda_gates(float *gate, float *beta, const float *A_lo
     SD_NVTX("sd_cuda_kda_gates");
     if (T < 1) return SD_OK;
     const size_t n = (size_t)T * H * d + (size_t)T * H;
-    gates_kernel<<<(int)(n < 256 * 1024 ? (n + 255) / 256 : 1024), 256, 0, stream>>>(gate, beta, A_log, dt_bias, T, H, d);
-    SD_LAUNCH_CHECK(st);
+    SD_CUDA_CHECK(st, sd_launch(gates_kernel, (int)(n < 256 * 1024 ? (n + 255) / 256 : 1024), 256, 0, stream, gate, beta, A_log,
+                                dt_bias, T, H, d));
     return SD_OK;
 }
 
@@ -191,6 +194,7 @@ static __global__ void __launch_bounds__(D)
 scan_col_kernel(float *S, int n_slots, sd_dev_pos at, int T, int H, const float *__restrict__ qc, const float *__restrict__ kc,
                 const float *__restrict__ vc, const float *__restrict__ gate, const float *__restrict__ beta,
                 float *__restrict__ y, bool vec) {
+    sd_pdl_enter();
     const int n0 = sd_pos_read(at);
     constexpr int SC = 32;
     __shared__ __align__(16) scan_tokens<D, SC, D> sh;
@@ -226,6 +230,7 @@ scan_col_kernel(float *S, int n_slots, sd_dev_pos at, int T, int H, const float 
 static __global__ void scan_global_kernel(float *S, int n_slots, sd_dev_pos at, int T, int H, int d, const float *__restrict__ qc,
                                           const float *__restrict__ kc, const float *__restrict__ vc,
                                           const float *__restrict__ gate, const float *__restrict__ beta, float *__restrict__ y) {
+    sd_pdl_enter();
     const int n0 = sd_pos_read(at);
     extern __shared__ float smem[];
     float *ksh = smem, *esh = smem + d, *qsh = smem + 2 * d;
@@ -276,6 +281,7 @@ static __global__ void __launch_bounds__(D / KW * 32)
 scan_tile_kernel(float *S, int n_slots, sd_dev_pos at, int T, int H, const float *__restrict__ qc,
                  const float *__restrict__ kc, const float *__restrict__ vc, const float *__restrict__ gate,
                  const float *__restrict__ beta, float *__restrict__ y, bool vec) {
+    sd_pdl_enter();
     using sm = scan_tile_smem<D, KW>;
     __shared__ __align__(16) sm sh;
     const int n0 = sd_pos_read(at);
@@ -326,9 +332,9 @@ scan_tile_kernel(float *S, int n_slots, sd_dev_pos at, int T, int H, const float
 }
 
 template <int D>
-static void scan_col(float *S, int n_slots, sd_dev_pos n0, int T, int H, const float *qc, const float *kc, const float *vc,
-                     const float *gate, const float *beta, float *y, bool vec, cudaStream_t stream) {
-    scan_col_kernel<D><<<H, D, 0, stream>>>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, y, vec);
+static cudaError_t scan_col(float *S, int n_slots, sd_dev_pos n0, int T, int H, const float *qc, const float *kc,
+                            const float *vc, const float *gate, const float *beta, float *y, bool vec, cudaStream_t stream) {
+    return sd_launch(scan_col_kernel<D>, H, D, 0, stream, S, n_slots, n0, T, H, qc, kc, vc, gate, beta, y, vec);
 }
 
 extern "C" sd_code sd_cuda_kda_scan(float *S, int n_slots, sd_dev_pos n0, int T, int H, int d, const float *qc, const float *kc,
@@ -339,22 +345,25 @@ extern "C" sd_code sd_cuda_kda_scan(float *S, int n_slots, sd_dev_pos n0, int T,
     if (T < 1) return SD_OK;
     if (T >= n_slots) return sd_fail(st, SD_ERR_USAGE, "cuda kda scan: %d tokens need more than %d state slots", T, n_slots);
     const bool vec = (((uintptr_t)qc | (uintptr_t)kc | (uintptr_t)gate) & 15) == 0;
+    cudaError_t e;
     switch (d) {
-    case 8: scan_col<8>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, y, vec, stream); break;
-    case 16: scan_col<16>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, y, vec, stream); break;
-    case 32: scan_tile_kernel<32, 32><<<H, 32, 0, stream>>>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, y, vec); break;
-    case 64: scan_tile_kernel<64, 32><<<H * 2, 64, 0, stream>>>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, y, vec); break;
-    case 96: scan_tile_kernel<96, 32><<<H * 3, 96, 0, stream>>>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, y, vec); break;
-    case 128: scan_tile_kernel<128, 32><<<H * 4, 128, 0, stream>>>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, y, vec); break;
+    case 8: e = scan_col<8>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, y, vec, stream); break;
+    case 16: e = scan_col<16>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, y, vec, stream); break;
+    case 32: e = sd_launch(scan_tile_kernel<32, 32>, H, 32, 0, stream, S, n_slots, n0, T, H, qc, kc, vc, gate, beta, y, vec); break;
+    case 64: e = sd_launch(scan_tile_kernel<64, 32>, H * 2, 64, 0, stream, S, n_slots, n0, T, H, qc, kc, vc, gate, beta, y, vec); break;
+    case 96: e = sd_launch(scan_tile_kernel<96, 32>, H * 3, 96, 0, stream, S, n_slots, n0, T, H, qc, kc, vc, gate, beta, y, vec); break;
+    case 128: e = sd_launch(scan_tile_kernel<128, 32>, H * 4, 128, 0, stream, S, n_slots, n0, T, H, qc, kc, vc, gate, beta, y, vec); break;
     default:
-        scan_global_kernel<<<H, d, 3 * (size_t)d * sizeof(float), stream>>>(S, n_slots, n0, T, H, d, qc, kc, vc, gate, beta, y);
+        e = sd_launch(scan_global_kernel, H, d, 3 * (size_t)d * sizeof(float), stream, S, n_slots, n0, T, H, d, qc, kc, vc, gate,
+                      beta, y);
     }
-    SD_LAUNCH_CHECK(st);
+    SD_CUDA_CHECK(st, e);
     return SD_OK;
 }
 
 static __global__ void out_kernel(float *__restrict__ y, const float *__restrict__ gb, const float *__restrict__ o_norm,
                                   float eps, int H, int d) {
+    sd_pdl_enter();
     __shared__ float sh[32];
     const int h = blockIdx.x, t = blockIdx.y, c = threadIdx.x;
     const size_t o = ((size_t)t * H + h) * d + c;
@@ -372,7 +381,6 @@ extern "C" sd_code sd_cuda_kda_out(float *y, const float *gb, const float *o_nor
     SD_NVTX("sd_cuda_kda_out");
     if (d < 1 || d > 1024) return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda kda: head_dim %d outside 1..1024", d);
     if (T < 1) return SD_OK;
-    out_kernel<<<dim3(H, T), sd_round32(d), 0, stream>>>(y, gb, o_norm, eps, H, d);
-    SD_LAUNCH_CHECK(st);
+    SD_CUDA_CHECK(st, sd_launch(out_kernel, dim3(H, T), sd_round32(d), 0, stream, y, gb, o_norm, eps, H, d));
     return SD_OK;
 }

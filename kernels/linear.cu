@@ -45,17 +45,21 @@ static_assert(SD_LIN_WARPS * 32 == SD_NORM_THREADS, "the fused norm runs sd_bloc
 
 template <int TMAX>
 static __global__ void __launch_bounds__(SD_LIN_WARPS * 32, 2) linear_kernel(const __grid_constant__ lin_params p) {
+    sd_pdl_trigger();
     int k = 0;
     while (k + 1 < p.n && (int)blockIdx.x >= p.s[k + 1].blk0) k++;
     const lin_seg &s = p.s[k];
     extern __shared__ __align__(16) float a_sh[]; // (T, nn) when the norm is fused
     const size_t esz = s.bf16 ? 2 : 4, esz2 = s.bf16_2 ? 2 : 4, pitch = (size_t)s.cols * esz;
     const int first = ((int)blockIdx.x - s.blk0) * SD_LIN_WARPS * s.rpw;
-    if (TMAX >= 4 && threadIdx.x == 0) { // many tokens: few chunks a lane in flight, so stream the block's rows into L2
+    // Many tokens: few chunks a lane in flight, so stream the block's rows into L2 first. Weights
+    // are never written, so this may precede the wait for the predecessor (pdl.h).
+    if (TMAX >= 4 && threadIdx.x == 0) {
         const int n = min(SD_LIN_WARPS * s.rpw, s.rows - first);
         sd_prefetch_l2((const char *)s.w + (size_t)first * pitch, (size_t)n * pitch);
         if (s.mode == SD_LIN_SWIGLU) sd_prefetch_l2((const char *)s.w2 + (size_t)first * s.cols * esz2, (size_t)n * s.cols * esz2);
     }
+    sd_pdl_wait();
     if (p.nn) { // rows.cuh's norm, as sd_cuda_rmsnorm computes it (blockDim.x == SD_NORM_THREADS)
         __shared__ float red[32];
         for (int t = 0; t < p.T; t++) sd_block_rmsnorm(p.nx + (size_t)t * p.nn, p.nw, p.nn, p.neps, a_sh + (size_t)t * p.nn, red);
@@ -129,13 +133,9 @@ static sd_code launch(const sd_lin_job *jobs, int n, int t0, int T, const sd_lin
     p.T = T;
     const dim3 grid(blocks), block(SD_LIN_WARPS * 32);
     const size_t smem = norm ? sizeof(float) * (size_t)T * norm->n : 0;
-    if (T <= 1) linear_kernel<1><<<grid, block, smem, stream>>>(p);
-    else if (T <= 2) linear_kernel<2><<<grid, block, smem, stream>>>(p);
-    else if (T <= 4) linear_kernel<4><<<grid, block, smem, stream>>>(p);
-    else if (T <= 8) linear_kernel<8><<<grid, block, smem, stream>>>(p);
-    else if (T <= 16) linear_kernel<16><<<grid, block, smem, stream>>>(p);
-    else linear_kernel<32><<<grid, block, smem, stream>>>(p);
-    SD_LAUNCH_CHECK(st);
+    void (*kernel)(const lin_params) = T <= 1 ? linear_kernel<1> : T <= 2 ? linear_kernel<2> : T <= 4 ? linear_kernel<4>
+                                      : T <= 8 ? linear_kernel<8> : T <= 16 ? linear_kernel<16> : linear_kernel<32>;
+    SD_CUDA_CHECK(st, sd_launch(kernel, grid, block, smem, stream, p));
     return SD_OK;
 }
 

@@ -34,6 +34,7 @@ static __global__ void __launch_bounds__(SD_NORM_THREADS)
 cache_write_kernel(const float *__restrict__ kv, const float *__restrict__ kv_norm, float eps, int R, int dr, sd_dev_pos at,
                    float *__restrict__ c, float *__restrict__ kpe, float *__restrict__ mq, int Hm, int dn, int rope,
                    double theta) {
+    sd_pdl_enter();
     __shared__ float sh[32];
     const int t = blockIdx.x, pos = sd_pos_read(at) + t;
     const float *kvt = kv + (size_t)t * (R + dr);
@@ -63,8 +64,8 @@ extern "C" sd_code sd_cuda_mla_cache_write(const float *kv, const float *kv_norm
                                            cudaStream_t stream, sd_status *st) {
     SD_NVTX("sd_cuda_mla_cache_write");
     if (T < 1) return SD_OK;
-    cache_write_kernel<<<T, SD_NORM_THREADS, 0, stream>>>(kv, kv_norm, eps, R, dr, pos0, c, kpe, mq, Hm, dn, rope ? 1 : 0, theta);
-    SD_LAUNCH_CHECK(st);
+    SD_CUDA_CHECK(st, sd_launch(cache_write_kernel, T, SD_NORM_THREADS, 0, stream, kv, kv_norm, eps, R, dr, pos0, c, kpe, mq, Hm, dn,
+                                rope ? 1 : 0, theta));
     return SD_OK;
 }
 
@@ -116,6 +117,7 @@ static __global__ void __cluster_dims__(MLA_CL, 1, 1) __launch_bounds__(ATT_WARP
 attend_kernel(const float *__restrict__ mq, const void *__restrict__ kvb, const float *__restrict__ c,
               const float *__restrict__ kpe, int Hm, int dn, int dr, int dv, int R, sd_dev_pos at, int vec,
               float *__restrict__ mo) {
+    sd_pdl_trigger(); // a cluster launch, plain: it waits for its predecessor; its successor may start early
     namespace cg = cooperative_groups;
     constexpr int ES = BF16 ? 2 : 4;
     constexpr int RB0 = 32 / (NK * HG), RB = RB0 < 1 ? 1 : RB0 > 4 ? 4 : RB0; // rows a warp loads at once

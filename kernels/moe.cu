@@ -107,6 +107,7 @@ template <int NKEY>
 static __global__ void __launch_bounds__(MOE_WARPS * 32, 2)
 route_kernel(const float *__restrict__ router, const float *__restrict__ bias, const float *__restrict__ b, int E, int D,
              int K, int G, int topk_group, int renormalize, float scaling, int *__restrict__ sel, float *__restrict__ wts) {
+    sd_pdl_enter();
     extern __shared__ float sm[];
     float *s = sm, *sp = sm + E, *gscore = sp + E;
     unsigned char *gtaken = (unsigned char *)(gscore + G);
@@ -150,11 +151,12 @@ extern "C" sd_code sd_cuda_moe_route(const float *router, const float *bias, con
     if (rc) return rc;
     if (T < 1) return SD_OK;
     const size_t smem = sizeof(float) * (2 * (size_t)E + G) + G;
+    cudaError_t e = cudaSuccess;
     with_nkey(E, [&](auto nk) {
-        route_kernel<decltype(nk)::value><<<T, MOE_WARPS * 32, smem, stream>>>(router, bias, b, E, D, K, G, topk_group,
-                                                                              renormalize ? 1 : 0, scaling, sel, w);
+        e = sd_launch(route_kernel<decltype(nk)::value>, T, MOE_WARPS * 32, smem, stream, router, bias, b, E, D, K, G, topk_group,
+                      renormalize ? 1 : 0, scaling, sel, w);
     });
-    SD_LAUNCH_CHECK(st);
+    SD_CUDA_CHECK(st, e);
     return SD_OK;
 }
 
@@ -201,6 +203,7 @@ template <int NKEY>
 static __global__ void select_kernel(const float *__restrict__ logits, const float *__restrict__ bias, int T, int E, int K,
                                      int G, int topk_group, int renormalize, float scaling, int *sel, float *wts,
                                      int *__restrict__ groups) {
+    sd_pdl_enter();
     extern __shared__ float sm[];
     const int nw = blockDim.x >> 5, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float *s = sm + (size_t)w * (2 * E + G), *sp = s + E, *gscore = sp + E;
@@ -277,11 +280,12 @@ extern "C" sd_code sd_cuda_moe_select(const float *logits, const float *bias, in
     while (nw > 1 && select_smem(nw, T, K, E, G) > 48 * 1024) nw--;
     const size_t smem = select_smem(nw, T, K, E, G);
     if (smem > 48 * 1024) return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda moe select: %d experts need %zu bytes of shared memory", E, smem);
+    cudaError_t e = cudaSuccess;
     with_nkey(E, [&](auto nk) {
-        select_kernel<decltype(nk)::value><<<1, nw * 32, smem, stream>>>(logits, bias, T, E, K, G, topk_group,
-                                                                        renormalize ? 1 : 0, scaling, sel, w, groups);
+        e = sd_launch(select_kernel<decltype(nk)::value>, 1, nw * 32, smem, stream, logits, bias, T, E, K, G, topk_group,
+                      renormalize ? 1 : 0, scaling, sel, w, groups);
     });
-    SD_LAUNCH_CHECK(st);
+    SD_CUDA_CHECK(st, e);
     return SD_OK;
 }
 
@@ -306,6 +310,7 @@ typedef struct {
 template <int TMAX>
 static __global__ void __launch_bounds__(MOE_WARPS * 32, 2)
 moe_up_kernel(const __grid_constant__ moe_params p, int g_lo, int ent_lo, int ent_hi) {
+    sd_pdl_enter();
     __shared__ float gu[2][UP_ROWS][TMAX];
     const int g = g_lo + (int)blockIdx.y;
     if (g >= p.groups[0]) return; // whole block
@@ -384,6 +389,7 @@ __device__ __forceinline__ down_unit down_unit_of(const moe_params &p, const int
 // when combining, the block's warps combine its rows for every token.
 static __global__ void __launch_bounds__(DOWN_WARPS * 32, 3)
 moe_down_kernel(const __grid_constant__ moe_params p, int ent_lo, int ent_hi, int combine) {
+    sd_pdl_enter();
     const int o0 = blockIdx.x * DOWN_ROWS, nrow = min(DOWN_ROWS, p.D - o0), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const moe_layout L(p.T, p.K, p.E);
     const int *ent = L.ent(p.groups), *ent_e = L.ent_e(p.groups);
@@ -467,13 +473,14 @@ extern "C" sd_code sd_cuda_moe_up(const sd_cuda_moe_args *a, int g_lo, int g_hi,
     if (a->T < 1 || g_hi <= g_lo || ent_hi <= ent_lo) return SD_OK;
     const moe_params p = params_of(a);
     const dim3 grid(sd_ceil_div(a->Ie, UP_ROWS), g_hi - g_lo), block(MOE_WARPS * 32);
+    cudaError_t e;
     switch (tile_of(a->T)) {
-    case 1: moe_up_kernel<1><<<grid, block, 0, stream>>>(p, g_lo, ent_lo, ent_hi); break;
-    case 2: moe_up_kernel<2><<<grid, block, 0, stream>>>(p, g_lo, ent_lo, ent_hi); break;
-    case 4: moe_up_kernel<4><<<grid, block, 0, stream>>>(p, g_lo, ent_lo, ent_hi); break;
-    default: moe_up_kernel<8><<<grid, block, 0, stream>>>(p, g_lo, ent_lo, ent_hi); break;
+    case 1: e = sd_launch(moe_up_kernel<1>, grid, block, 0, stream, p, g_lo, ent_lo, ent_hi); break;
+    case 2: e = sd_launch(moe_up_kernel<2>, grid, block, 0, stream, p, g_lo, ent_lo, ent_hi); break;
+    case 4: e = sd_launch(moe_up_kernel<4>, grid, block, 0, stream, p, g_lo, ent_lo, ent_hi); break;
+    default: e = sd_launch(moe_up_kernel<8>, grid, block, 0, stream, p, g_lo, ent_lo, ent_hi); break;
     }
-    SD_LAUNCH_CHECK(st);
+    SD_CUDA_CHECK(st, e);
     return SD_OK;
 }
 
@@ -484,13 +491,15 @@ extern "C" sd_code sd_cuda_moe_down(const sd_cuda_moe_args *a, int ent_lo, int e
     if (a->shared_down && a->shared_down->dtype != SD_DT_BF16 && a->shared_down->dtype != SD_DT_F32)
         return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda moe: shared down dtype %d", (int)a->shared_down->dtype);
     const moe_params p = params_of(a);
-    moe_down_kernel<<<sd_ceil_div(a->D, DOWN_ROWS), DOWN_WARPS * 32, 0, stream>>>(p, ent_lo, ent_hi, combine ? 1 : 0);
+    SD_CUDA_CHECK(st, sd_launch(moe_down_kernel, sd_ceil_div(a->D, DOWN_ROWS), DOWN_WARPS * 32, 0, stream, p, ent_lo, ent_hi,
+                                combine ? 1 : 0));
     SD_LAUNCH_CHECK(st);
     return SD_OK;
 }
 
 // ---------------------------------------------------------------------------- dense FFN
 static __global__ void silu_mul_kernel(float *__restrict__ h, const float *__restrict__ h2, size_t n) {
+    sd_pdl_enter();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         h[i] = sd_dev_silu(h[i]) * h2[i];
 }
@@ -498,7 +507,7 @@ static __global__ void silu_mul_kernel(float *__restrict__ h, const float *__res
 extern "C" sd_code sd_cuda_silu_mul(float *h, const float *h2, size_t n, cudaStream_t stream, sd_status *st) {
     SD_NVTX("sd_cuda_silu_mul");
     if (!n) return SD_OK;
-    silu_mul_kernel<<<(int)(n < 256 * 1024 ? (n + 255) / 256 : 1024), 256, 0, stream>>>(h, h2, n);
+    SD_CUDA_CHECK(st, sd_launch(silu_mul_kernel, (int)(n < 256 * 1024 ? (n + 255) / 256 : 1024), 256, 0, stream, h, h2, n));
     SD_LAUNCH_CHECK(st);
     return SD_OK;
 }

@@ -7,6 +7,7 @@
 
 template <bool BF16>
 static __global__ void embed_kernel(const void *__restrict__ E, int cols, const int *__restrict__ tokens, float *__restrict__ x) {
+    sd_pdl_enter();
     const size_t row = (size_t)tokens[blockIdx.x];
     float *out = x + (size_t)blockIdx.x * cols;
     for (int i = threadIdx.x; i < cols; i += blockDim.x)
@@ -18,14 +19,15 @@ extern "C" sd_code sd_cuda_embed(const sd_mat *embed, const int *tokens, int T, 
     if (embed->dtype != SD_DT_BF16 && embed->dtype != SD_DT_F32)
         return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda embed: dtype %d is not F32 or BF16", (int)embed->dtype);
     if (T < 1) return SD_OK;
-    if (embed->dtype == SD_DT_BF16) embed_kernel<true><<<T, 256, 0, stream>>>(embed->data, embed->cols, tokens, x);
-    else embed_kernel<false><<<T, 256, 0, stream>>>(embed->data, embed->cols, tokens, x);
+    SD_CUDA_CHECK(st, sd_launch(embed->dtype == SD_DT_BF16 ? embed_kernel<true> : embed_kernel<false>, T, 256, 0, stream,
+                                (const void *)embed->data, embed->cols, tokens, x));
     SD_LAUNCH_CHECK(st);
     return SD_OK;
 }
 
 static __global__ void __launch_bounds__(SD_NORM_THREADS)
 rmsnorm_kernel(const float *x, const float *__restrict__ w, int n, float eps, float *out) {
+    sd_pdl_enter();
     __shared__ float sh[32];
     const size_t off = (size_t)blockIdx.x * n;
     sd_block_rmsnorm(x + off, w, n, eps, out + off, sh);
@@ -35,12 +37,13 @@ extern "C" sd_code sd_cuda_rmsnorm(const float *x, const float *w, int rows, int
                                    cudaStream_t stream, sd_status *st) {
     SD_NVTX("sd_cuda_rmsnorm");
     if (rows < 1) return SD_OK;
-    rmsnorm_kernel<<<rows, SD_NORM_THREADS, 0, stream>>>(x, w, n, eps, out);
+    SD_CUDA_CHECK(st, sd_launch(rmsnorm_kernel, rows, SD_NORM_THREADS, 0, stream, x, w, n, eps, out));
     SD_LAUNCH_CHECK(st);
     return SD_OK;
 }
 
 static __global__ void add_kernel(float *__restrict__ x, const float *__restrict__ y, size_t n) {
+    sd_pdl_enter();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) x[i] += y[i];
 }
 
@@ -48,7 +51,7 @@ extern "C" sd_code sd_cuda_add(float *x, const float *y, size_t n, cudaStream_t 
     SD_NVTX("sd_cuda_add");
     if (!n) return SD_OK;
     const int blocks = (int)(n < (size_t)256 * 1024 ? (n + 255) / 256 : 1024);
-    add_kernel<<<blocks, 256, 0, stream>>>(x, y, n);
+    SD_CUDA_CHECK(st, sd_launch(add_kernel, blocks, 256, 0, stream, x, y, n));
     SD_LAUNCH_CHECK(st);
     return SD_OK;
 }

@@ -66,6 +66,7 @@ __device__ static void block_argmax(const float *x, int n, float *sv, int *si, f
 }
 
 static __global__ void __launch_bounds__(SAMPLE_THREADS) argmax_kernel(const float *__restrict__ x, int n, int *__restrict__ out) {
+    sd_pdl_enter();
     __shared__ float sv[SAMPLE_THREADS];
     __shared__ int si[SAMPLE_THREADS];
     float m;
@@ -77,13 +78,14 @@ static __global__ void __launch_bounds__(SAMPLE_THREADS) argmax_kernel(const flo
 extern "C" sd_code sd_cuda_argmax(const float *x, int rows, int n, int *out, cudaStream_t stream, sd_status *st) {
     SD_NVTX("sd_cuda_argmax");
     if (rows < 1 || n < 1) return SD_OK;
-    argmax_kernel<<<rows, SAMPLE_THREADS, 0, stream>>>(x, n, out);
+    SD_CUDA_CHECK(st, sd_launch(argmax_kernel, rows, SAMPLE_THREADS, 0, stream, x, n, out));
     SD_LAUNCH_CHECK(st);
     return SD_OK;
 }
 
 static __global__ void __launch_bounds__(SAMPLE_THREADS)
 softmax_kernel(const float *logits, int n, float temperature, float *p) {
+    sd_pdl_enter();
     __shared__ float sv[SAMPLE_THREADS];
     __shared__ int si[SAMPLE_THREADS];
     __shared__ float inv_sh;
@@ -116,7 +118,7 @@ extern "C" sd_code sd_cuda_softmax(const float *logits, int rows, int n, float t
                                    sd_status *st) {
     SD_NVTX("sd_cuda_softmax");
     if (rows < 1 || n < 1) return SD_OK;
-    softmax_kernel<<<rows, SAMPLE_THREADS, 0, stream>>>(logits, n, temperature, p);
+    SD_CUDA_CHECK(st, sd_launch(softmax_kernel, rows, SAMPLE_THREADS, 0, stream, logits, n, temperature, p));
     SD_LAUNCH_CHECK(st);
     return SD_OK;
 }
@@ -124,6 +126,7 @@ extern "C" sd_code sd_cuda_softmax(const float *logits, int rows, int n, float t
 // One thread per row (blockIdx.x): the row's draw at position pos + r.
 static __global__ void sample_kernel(const float *__restrict__ p, int n, uint64_t seed, uint32_t round, uint32_t pos,
                                      uint32_t purpose, int *__restrict__ out) {
+    sd_pdl_enter();
     const int r = blockIdx.x;
     out[r] = sd_dev_sample(p + (size_t)r * n, n, sd_uniform(seed, round, pos + (uint32_t)r, purpose));
 }
@@ -132,7 +135,7 @@ extern "C" sd_code sd_cuda_sample_rows(const float *p, int rows, int n, uint64_t
                                        uint32_t purpose, int *out, cudaStream_t stream, sd_status *st) {
     SD_NVTX("sd_cuda_sample_rows");
     if (rows < 1) return SD_OK;
-    sample_kernel<<<rows, 1, 0, stream>>>(p, n, seed, round, pos, purpose, out);
+    SD_CUDA_CHECK(st, sd_launch(sample_kernel, rows, 1, 0, stream, p, n, seed, round, pos, purpose, out));
     SD_LAUNCH_CHECK(st);
     return SD_OK;
 }
@@ -140,7 +143,7 @@ extern "C" sd_code sd_cuda_sample_rows(const float *p, int rows, int n, uint64_t
 extern "C" sd_code sd_cuda_sample(const float *p, int n, uint64_t seed, uint32_t round, uint32_t pos, uint32_t purpose,
                                   int *out, cudaStream_t stream, sd_status *st) {
     SD_NVTX("sd_cuda_sample");
-    sample_kernel<<<1, 1, 0, stream>>>(p, n, seed, round, pos, purpose, out);
+    SD_CUDA_CHECK(st, sd_launch(sample_kernel, 1, 1, 0, stream, p, n, seed, round, pos, purpose, out));
     SD_LAUNCH_CHECK(st);
     return SD_OK;
 }

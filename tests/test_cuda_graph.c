@@ -11,6 +11,7 @@ Test(cuda_graph, suite) { cr_skip_test("CUDA backend not built (no toolkit or -D
 #include <cuda_runtime_api.h>
 #include "cuda_backend.h" // sd_cuda_device_count, sd_cuda_model_upload, sd_cuda_backend_of
 #include "cuda_graph.h"
+#include "pdl.h" // sd_cuda_pdl
 
 static void need_gpu(void) {
     if (sd_cuda_device_count() == 0) cr_skip_test("no CUDA device: GPU suite skipped");
@@ -89,7 +90,7 @@ static void check_decode(const char *config) {
 Test(cuda_graph, tiny_decode_replays_eager) { check_decode("configs/tiny.json"); }
 Test(cuda_graph, toy_decode_replays_eager, .timeout = 300) { check_decode("configs/toy.json"); }
 
-// Verify chunks of 5 with rollbacks between them: keep n = step % 6 of the 5 and go on from
+// Verify chunks of 5 with rollbacks between them: keep 1 + step % 5 of the 5 and go on from
 // there, as the round does; the graph follows the cursor through every commit.
 Test(cuda_graph, toy_verify_with_rollback, .timeout = 300) {
     need_gpu();
@@ -146,6 +147,37 @@ Test(cuda_graph, replay_checks_like_forward) {
     cr_assert_eq(sd_cuda_graph_forward(&g, ok, out, &st), SD_ERR_USAGE, "a freed graph refuses");
     sd_state_free(&se);
     sd_state_free(&sg);
+    sd_model_free(&dev);
+}
+
+// Programmatic dependent launch (kernels/pdl.h) only moves launches earlier: a toy verify chunk
+// with it off, on, and captured gives the same logits bit for bit.
+Test(cuda_graph, launch_overlap_changes_no_bits, .timeout = 300) {
+    need_gpu();
+    sd_model dev;
+    device_model("configs/toy.json", &dev);
+    const int V = dev.cfg.vocab_size;
+    enum { T = 5 };
+    sd_state sa, sb;
+    int x, toks[T], aa[T], ab[T];
+    two_states(&dev, &sa, &sb, N_PROMPT + 8, T, &x);
+    random_tokens(77, V, T, toks);
+    sd_status st = {0};
+    sd_forward_opts o = {.argmax = aa};
+    sd_cuda_pdl(SD_PDL_OFF);
+    cr_assert_eq(sd_forward(&dev, &sa, toks, T, NULL, 0, &o, &st), SD_OK, "%s", st.msg);
+    sd_cuda_pdl(SD_PDL_OVERLAP);
+    o.argmax = ab;
+    cr_assert_eq(sd_forward(&dev, &sb, toks, T, NULL, 0, &o, &st), SD_OK, "%s", st.msg);
+    assert_same_step(&sa, &sb, T, V, aa, ab, "pdl off vs on", 0);
+    cr_assert_eq(sd_state_commit(&sb, 0, &st), SD_OK);
+    sd_cuda_graph g;
+    cr_assert_eq(sd_cuda_graph_capture(&dev, &sb, T, &g, &st), SD_OK, "%s", st.msg);
+    cr_assert_eq(sd_cuda_graph_forward(&g, toks, ab, &st), SD_OK, "%s", st.msg);
+    assert_same_step(&sa, &sb, T, V, aa, ab, "pdl off vs captured with pdl", 0);
+    sd_cuda_graph_free(&g);
+    sd_state_free(&sa);
+    sd_state_free(&sb);
     sd_model_free(&dev);
 }
 

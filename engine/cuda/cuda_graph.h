@@ -3,7 +3,8 @@
 // launch advances it, so one capture serves every step. The graph is the layer walk, the final
 // norm, lm_head and each row's argmax; tokens go in and argmaxes come out through the graph's
 // own buffers. Only the device-table MoE arm can be captured (the eager arm reads the routing
-// back to the host by design); level-2 trace buckets and on_route are not part of a graph.
+// back to the host by design); level-2 trace buckets and on_route are not part of a graph. The
+// kernels are captured in plain stream order (kernels/pdl.h says why).
 #pragma once
 #include "cuda_backend.h" // sd_model, sd_state, sd_status
 

@@ -1,0 +1,29 @@
+// pdl.h — programmatic dependent launch (sm_90) for the layer walk's kernels. Each walk kernel
+// lets its successor launch as soon as all of its own blocks are running (griddepcontrol
+// .launch_dependents) and waits for its predecessor's completion and memory (griddepcontrol
+// .wait) before it reads anything a kernel wrote; a Linear first bulk-prefetches its weight rows
+// into L2 from 4 tokens up, which no kernel writes. So each launch overlaps the previous
+// kernel's tail instead of following it, and no result can change: every read of a kernel's
+// output comes after the wait. bench_gpu_e2e times the modes against each other.
+#pragma once
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// How the walk's kernels launch (the bits are the same either way):
+//   SD_PDL_OFF      plain stream order: a kernel launches when its predecessor has ended;
+//   SD_PDL_OVERLAP  with the programmatic-serialization attribute (the default).
+// Measured on the H200 (bench_gpu_e2e, kimi-linear-48b-a3b ctx 512, one run): stream launches,
+// decode 3.88 ms with the overlap against 4.05 without; a captured graph, 3.74 against 3.65 —
+// inside a graph the launches are already cheap and the overlap costs more than it hides, so
+// sd_cuda_graph_capture captures with it off. Bulk-prefetching each Linear block's weight rows
+// before its wait (at T = 1 too) was slower in both (3.92 / 3.82).
+typedef enum { SD_PDL_OFF = 0, SD_PDL_OVERLAP = 1 } sd_pdl_mode;
+void sd_cuda_pdl(sd_pdl_mode mode);
+sd_pdl_mode sd_cuda_pdl_mode(void);
+int sd_cuda_pdl_on(void); // mode != SD_PDL_OFF
+
+#ifdef __cplusplus
+}
+#endif
