@@ -11,8 +11,8 @@ static __global__ void cursor_advance_kernel(int *cursor, int T) {
     sd_pdl_enter();
     cursor[1] += T;
 }
-static __global__ void cursor_commit_kernel(int *cursor, const int *n) {
-    cursor[0] += *n;
+static __global__ void cursor_commit_kernel(int *cursor, const int *n, int plus) {
+    cursor[0] += *n + plus;
     cursor[1] = 0;
 }
 
@@ -27,8 +27,8 @@ extern "C" sd_code sd_cuda_cursor_advance(int *cursor, int T, cudaStream_t strea
     return SD_OK;
 }
 
-extern "C" sd_code sd_cuda_cursor_commit(int *cursor, const int *n, cudaStream_t stream, sd_status *st) {
-    cursor_commit_kernel<<<1, 1, 0, stream>>>(cursor, n);
+extern "C" sd_code sd_cuda_cursor_commit(int *cursor, const int *n, int plus, cudaStream_t stream, sd_status *st) {
+    cursor_commit_kernel<<<1, 1, 0, stream>>>(cursor, n, plus);
     SD_LAUNCH_CHECK(st);
     return SD_OK;
 }

@@ -30,8 +30,10 @@ static inline sd_dev_pos sd_pos_cursor(const int *cursor) {
 sd_code sd_cuda_cursor_set(int *cursor, int len, int pending, cudaStream_t stream, sd_status *st);
 // pending += T: the last launch of a forward of T tokens.
 sd_code sd_cuda_cursor_advance(int *cursor, int T, cudaStream_t stream, sd_status *st);
-// len += *n (device memory, e.g. an accepted count + 1), pending = 0: a commit the host never sees.
-sd_code sd_cuda_cursor_commit(int *cursor, const int *n, cudaStream_t stream, sd_status *st);
+// len += *n + plus (n in device memory: the accept kernel's count, kernels/acceptance.h, with
+// plus = 1 for the bonus position), pending = 0 — a commit that needs no host round trip, as a
+// captured round will. The host's len/pending follow when it reads the count back.
+sd_code sd_cuda_cursor_commit(int *cursor, const int *n, int plus, cudaStream_t stream, sd_status *st);
 
 #ifdef __cplusplus
 }

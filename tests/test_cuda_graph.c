@@ -11,7 +11,8 @@ Test(cuda_graph, suite) { cr_skip_test("CUDA backend not built (no toolkit or -D
 #include <cuda_runtime_api.h>
 #include "cuda_backend.h" // sd_cuda_device_count, sd_cuda_model_upload, sd_cuda_backend_of
 #include "cuda_graph.h"
-#include "pdl.h" // sd_cuda_pdl
+#include "cursor.h" // sd_cuda_cursor_commit
+#include "pdl.h"    // sd_cuda_pdl
 
 static void need_gpu(void) {
     if (sd_cuda_device_count() == 0) cr_skip_test("no CUDA device: GPU suite skipped");
@@ -178,6 +179,46 @@ Test(cuda_graph, launch_overlap_changes_no_bits, .timeout = 300) {
     sd_cuda_graph_free(&g);
     sd_state_free(&sa);
     sd_state_free(&sb);
+    sd_model_free(&dev);
+}
+
+// A commit from a count in device memory (the accept kernel's n, plus the bonus position) moves
+// the cursor exactly as the host's commit does, and the next forward sees the same state.
+Test(cuda_graph, device_commit_equals_host_commit, .timeout = 300) {
+    need_gpu();
+    sd_model dev;
+    device_model("configs/toy.json", &dev);
+    const int V = dev.cfg.vocab_size;
+    enum { T = 5 };
+    sd_state sh, sd;
+    int x, toks[T], ah[T], ad[T];
+    two_states(&dev, &sh, &sd, N_PROMPT + 16, T, &x);
+    random_tokens(41, V, T, toks);
+    sd_status st = {0};
+    sd_forward_opts oh = {.argmax = ah}, od = {.argmax = ad};
+    cr_assert_eq(sd_forward(&dev, &sh, toks, T, NULL, 0, &oh, &st), SD_OK, "%s", st.msg);
+    cr_assert_eq(sd_forward(&dev, &sd, toks, T, NULL, 0, &od, &st), SD_OK, "%s", st.msg);
+    const int n_accepted = 2;
+    int *n_dev = NULL;
+    cr_assert_eq(cudaMalloc((void **)&n_dev, sizeof(int)), cudaSuccess);
+    cr_assert_eq(cudaMemcpy(n_dev, &n_accepted, sizeof(int), cudaMemcpyHostToDevice), cudaSuccess);
+    cr_assert_eq(sd_state_commit(&sh, n_accepted + 1, &st), SD_OK);
+    cudaStream_t q = sd_cuda_backend_of(&dev)->stream;
+    cr_assert_eq(sd_cuda_cursor_commit(sd.cursor, n_dev, 1, q, &st), SD_OK, "%s", st.msg);
+    int ch[2], cd[2];
+    cr_assert_eq(cudaStreamSynchronize(q), cudaSuccess);
+    cr_assert_eq(cudaMemcpy(ch, sh.cursor, sizeof ch, cudaMemcpyDeviceToHost), cudaSuccess);
+    cr_assert_eq(cudaMemcpy(cd, sd.cursor, sizeof cd, cudaMemcpyDeviceToHost), cudaSuccess);
+    cr_assert(ch[0] == N_PROMPT - 1 + n_accepted + 1 && ch[1] == 0, "host commit: cursor {%d, %d}", ch[0], ch[1]);
+    cr_assert(cd[0] == ch[0] && cd[1] == ch[1], "device commit: cursor {%d, %d}, host {%d, %d}", cd[0], cd[1], ch[0], ch[1]);
+    sd.len = cd[0]; // the host follows once it has read the count
+    sd.pending = 0;
+    cr_assert_eq(sd_forward(&dev, &sh, toks, T, NULL, 0, &oh, &st), SD_OK, "%s", st.msg);
+    cr_assert_eq(sd_forward(&dev, &sd, toks, T, NULL, 0, &od, &st), SD_OK, "%s", st.msg);
+    assert_same_step(&sh, &sd, T, V, ah, ad, "after device commit", 1);
+    cudaFree(n_dev);
+    sd_state_free(&sh);
+    sd_state_free(&sd);
     sd_model_free(&dev);
 }
 
