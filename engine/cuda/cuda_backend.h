@@ -41,6 +41,8 @@ typedef struct sd_cuda_backend {
     int *accept_ints_host;       // (SD_CUDA_ACCEPT_INTS)
     float *w_host;               // (route_cap)
     size_t route_cap;
+    int *groups_host;            // (groups_cap) the eager MoE arm's grouping, uploaded each layer
+    size_t groups_cap;
 } sd_cuda_backend;
 
 // Devices visible to this process; 0 when there is no GPU or no driver (never aborts).

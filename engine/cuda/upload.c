@@ -33,6 +33,7 @@ static void backend_release(sd_cuda_backend *b) {
     cudaFreeHost(b->accept_ints_host);
     cudaFreeHost(b->sel_host);
     cudaFreeHost(b->w_host);
+    cudaFreeHost(b->groups_host);
     if (b->stream) cudaStreamDestroy(b->stream);
     free(b);
 }

@@ -5,7 +5,6 @@
 // and opts->on_route. Positions are never launch arguments: the kernels
 // read them from the state's cursor (kernels/cursor.h), which the walk's last launch advances —
 // what lets a CUDA graph capture the walk and replay it at any position.
-#include <stdlib.h>
 #include <string.h>
 #include <stdio.h>
 #include "check.h"         // SD_CUDA_CHECK
@@ -155,10 +154,15 @@ static sd_code moe_experts_eager(sd_cuda_backend *b, sd_state *s, const sd_cuda_
     const int T = ma->T, K = ma->K, E = ma->E;
     TRY(read_route(b, s, T, K, st));
     const size_t n_int = sd_cuda_moe_groups_ints(T, K, E);
-    int *groups = malloc(n_int * sizeof *groups);
-    if (!groups) return sd_fail(st, SD_ERR_SYS, "cuda moe: out of memory for the grouping");
+    if (n_int > b->groups_cap) { // grown once to the largest T seen, never inside later steps
+        cudaFreeHost(b->groups_host);
+        b->groups_host = NULL;
+        b->groups_cap = 0;
+        SD_CUDA_CHECK(st, cudaMallocHost((void **)&b->groups_host, n_int * sizeof(int)));
+        b->groups_cap = n_int;
+    }
+    int *groups = b->groups_host; // free: read_route drained the stream, so the last upload is done
     sd_cuda_moe_groups_host(b->sel_host, T, K, E, groups);
-    // Pageable source: the copy is staged before the call returns, so groups may be freed.
     cudaError_t e = cudaMemcpyAsync((void *)ma->groups, groups, n_int * sizeof(int), cudaMemcpyHostToDevice, b->stream);
     const int n_ent = T * K, gc = n_ent < E ? n_ent : E, *gstart = groups + 1 + gc;
     sd_code rc = e == cudaSuccess ? SD_OK : sd_fail(st, SD_ERR_SYS, "cuda moe: grouping upload: %s", cudaGetErrorString(e));
@@ -166,7 +170,6 @@ static sd_code moe_experts_eager(sd_cuda_backend *b, sd_state *s, const sd_cuda_
         rc = sd_cuda_moe_up(ma, g, g + 1, gstart[g], gstart[g + 1], b->stream, st);
         if (!rc) rc = sd_cuda_moe_down(ma, gstart[g], gstart[g + 1], false, b->stream, st);
     }
-    free(groups);
     if (rc) return rc;
     return sd_cuda_moe_down(ma, 0, 0, true, b->stream, st);
 }
