@@ -34,6 +34,15 @@
 //   3..5  version 2 with HG forced to 1, 2, 4 (same kernel template; HG never changes the bits,
 //      which this lab checks).
 //
+// Tried and not kept (2026-11-29): three launches in which every head of a block shares each
+// latent row it reads — absorb (q̃ by one thread per column), split (a block per chunk of at most
+// 32 position chunks and 8 heads, one warp per head, 4 rows in flight, partials to global
+// scratch), merge + W_UV. Correct (all checks here passed, verify ≡ decode bitwise) but slower:
+// ctx 512 T = 1 55.5 hot / 87.5 cold, 32K T = 5 5598 µs against version 3's 43.7 / 3722: one
+// row stream per head per chunk is less parallelism than 8 chunks × 8 warps per head, and each
+// warp's rows are a serial chain. An all-heads design needs several warps per head and chunk
+// (the latent sum split across them) and far more chunks at long contexts.
+//
 // Open question: why each warp-row costs ~1.2 µs (L2-resident) and a cluster ~20 µs fixed.
 // Version 2's time grows ~linearly in rows per warp (ctx/64): ~1.2-2.3 µs per row hot at HG 2,
 // ~5 µs from DRAM at 32K. Lead (inferred from the code, not profiled): per row the warp waits
