@@ -22,7 +22,8 @@
 #include <type_traits> // std::integral_constant
 
 #define MOE_WARPS 8   // route and up: warps per block
-#define UP_ROWS (MOE_WARPS / 2) // up: expert rows per block (a gate warp and an up warp each)
+#define UP_RPW 2 // up: rows a warp dots at once (one x load feeds both)
+#define UP_ROWS (MOE_WARPS / 2 * UP_RPW) // up: expert rows per block (a gate warp and an up warp each 2)
 #define DOWN_WARPS 4  // down: warps per block (128 registers each: every block resident at once; 2 and 3 measured slower)
 #define DOWN_ROWS 8   // down: output rows per block
 #define SEL_MAX_E 1024
@@ -304,9 +305,9 @@ typedef struct {
     int accumulate, xfast;
 } moe_params;
 
-// Block: UP_ROWS rows r0.. of the group's expert; warp 2i computes gate row r0+i, warp 2i+1 up
-// row r0+i, over the group's tokens (a whole row's chunks in flight per lane); then the block
-// writes silu(g)·u — the SWIGLU Linear's arithmetic on the same two dots.
+// Block: UP_ROWS rows r0.. of the group's expert; warp 2i computes gate rows r0+2i and r0+2i+1,
+// warp 2i+1 the same up rows, over the group's tokens (both rows' chunks in flight per lane);
+// then the block writes silu(g)·u — the SWIGLU Linear's arithmetic on the same two dots.
 template <int TMAX>
 static __global__ void __launch_bounds__(MOE_WARPS * 32, 2)
 moe_up_kernel(const __grid_constant__ moe_params p, int g_lo, int ent_lo, int ent_hi) {
@@ -319,10 +320,12 @@ moe_up_kernel(const __grid_constant__ moe_params p, int g_lo, int ent_lo, int en
     const int p0 = max(gstart[g], ent_lo), p1 = min(gstart[g + 1], ent_hi);
     if (p0 >= p1) return;
     const sd_cuda_expert ex = p.table[L.gexp(p.groups)[g]];
-    const int warp = threadIdx.x >> 5, half = warp & 1, i = warp >> 1, r = blockIdx.x * UP_ROWS + i;
+    const int warp = threadIdx.x >> 5, half = warp & 1, i = (warp >> 1) * UP_RPW, r = blockIdx.x * UP_ROWS + i;
     const bool live = r < p.Ie; // warp-uniform
     const bool bf = half ? ex.up_bf16 : ex.gate_bf16;
-    const char *wrow = (const char *)(half ? ex.up : ex.gate) + (size_t)(live ? r : 0) * p.D * (bf ? 2 : 4);
+    const size_t pitch = (size_t)p.D * (bf ? 2 : 4);
+    const char *wrow = (const char *)(half ? ex.up : ex.gate) + (size_t)(live ? r : 0) * pitch;
+    const char *wrow1 = live && r + 1 < p.Ie ? wrow + pitch : nullptr; // UP_RPW = 2: the next row
     for (int q = p0; q < p1; q += TMAX) {
         const int n = min(TMAX, p1 - q);
         sd_lin_gather<TMAX> xs;
@@ -330,17 +333,22 @@ moe_up_kernel(const __grid_constant__ moe_params p, int g_lo, int ent_lo, int en
         xs.ld = (size_t)p.D;
 #pragma unroll
         for (int t = 0; t < TMAX; t++) xs.idx[t] = t < n ? ent[q + t] / p.K : 0;
-        float acc[1][TMAX];
+        float acc[UP_RPW][TMAX];
 #pragma unroll
-        for (int t = 0; t < TMAX; t++) acc[0][t] = 0.0f;
-        // One token: 10 chunks a lane in flight (a 2560-wide bf16 row at once) within 128 registers.
-        constexpr int U = TMAX == 1 ? 10 : sd_lin_unroll<TMAX>::one;
-        if (live) sd_lin_dot<TMAX, sd_lin_gather<TMAX>, U>(wrow, bf, nullptr, false, p.D, xs, n, p.xfast, acc);
+        for (int t = 0; t < TMAX; t++) acc[0][t] = acc[1][t] = 0.0f;
+        // One token: 10 chunks a lane in flight (5 of each row: a 2560-wide bf16 row pair at once)
+        // within 128 registers; two rows a warp halve the blocks, so the group lookups that start
+        // each block are paid half as often.
+        constexpr int U = TMAX == 1 ? 10 : sd_lin_unroll<TMAX>::one, U2 = TMAX == 1 ? 5 : sd_lin_unroll<TMAX>::two;
+        if (live) sd_lin_dot<TMAX, sd_lin_gather<TMAX>, U, U2>(wrow, bf, wrow1, bf, p.D, xs, n, p.xfast, acc);
 #pragma unroll
         for (int t = 0; t < TMAX; t++) {
             if (t >= n) break;
-            const float v = sd_warp_sum(acc[0][t]);
-            if ((threadIdx.x & 31) == 0) gu[half][i][t] = v;
+            const float v0 = sd_warp_sum(acc[0][t]), v1 = wrow1 ? sd_warp_sum(acc[1][t]) : 0.0f;
+            if ((threadIdx.x & 31) == 0) {
+                gu[half][i][t] = v0;
+                gu[half][i + 1][t] = v1;
+            }
         }
         __syncthreads();
         if (threadIdx.x < UP_ROWS * TMAX) {
