@@ -1,7 +1,8 @@
 // kda.cu — the KDA steps that are not Linears.
-//   conv:  kernel 1 copies the T new raw rows into the conv ring; kernel 2, one block per
-//          (head, q|k|v, token), one thread per channel: W-tap causal conv + silu, then the
-//          head's L2 norm for q and k by a fixed-order block sum.
+//   conv:  one block per (head, q|k|v, token), one thread per channel: W-tap causal conv (this
+//          call's positions from the fresh projections, earlier ones from the ring) + silu, the
+//          raw input stored into the ring, then the head's L2 norm for q and k by a fixed-order
+//          block sum.
 //   gates: elementwise.
 //   scan:  d = 32, 64, 96, 128 (the tiled scan): a block owns 32 value columns of one head
 //          (H·d/32 blocks) and d/32 warps; warp w keeps state rows 32w .. 32w+31 of the block's
@@ -18,35 +19,32 @@
 #include "common.cuh"
 #include <cuda_pipeline.h> // __pipeline_memcpy_async, _commit, _wait_prior
 
-static __global__ void conv_store_kernel(float *__restrict__ rows, int n_rows, const float *__restrict__ q,
-                                         const float *__restrict__ k, const float *__restrict__ v, int T, int P, sd_dev_pos at) {
-    sd_pdl_enter();
-    const int pos0 = sd_pos_read(at);
-    const size_t n = (size_t)T * 3 * P;
-    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
-        const int t = (int)(e / (3 * (size_t)P)), r = (int)(e % (3 * (size_t)P)), which = r / P, ch = r % P;
-        const float *src = which == 0 ? q : which == 1 ? k : v;
-        rows[(size_t)((pos0 + t) % n_rows) * 3 * P + r] = src[(size_t)t * P + ch];
-    }
-}
-
-static __global__ void conv_kernel(const float *__restrict__ rows, int n_rows, const float *__restrict__ tq,
+// One block per (head, q|k|v, token), a thread per channel: the W-tap window over positions
+// pos-W+1 .. pos reads this call's positions (>= pos0) from the fresh projections and earlier
+// ones from the ring, then the thread stores its own raw input into the ring row of pos. A call
+// touches T + W - 1 <= n_rows distinct positions, so no block's store lands in a row another
+// block still reads.
+static __global__ void conv_kernel(float *__restrict__ rows, int n_rows, const float *__restrict__ q,
+                                   const float *__restrict__ k, const float *__restrict__ v, const float *__restrict__ tq,
                                    const float *__restrict__ tk, const float *__restrict__ tv, int P, int d, int W,
                                    sd_dev_pos at, float *__restrict__ qc, float *__restrict__ kc, float *__restrict__ vc) {
     sd_pdl_enter();
     __shared__ float sh[32];
     const int h = blockIdx.x, which = blockIdx.y, t = blockIdx.z, c = threadIdx.x;
-    const int ch = h * d + c, pos = sd_pos_read(at) + t;
+    const int ch = h * d + c, pos0 = sd_pos_read(at), pos = pos0 + t;
     const float *taps = which == 0 ? tq : which == 1 ? tk : tv;
+    const float *fresh = which == 0 ? q : which == 1 ? k : v;
     float val = 0.0f;
     if (c < d) {
         float acc = 0.0f;
         for (int j = 0; j < W; j++) {
             const int p = pos - (W - 1) + j;
             if (p < 0) continue;
-            acc += taps[(size_t)ch * W + j] * rows[(size_t)(p % n_rows) * 3 * P + (size_t)which * P + ch];
+            const float x = p >= pos0 ? fresh[(size_t)(p - pos0) * P + ch] : rows[(size_t)(p % n_rows) * 3 * P + (size_t)which * P + ch];
+            acc += taps[(size_t)ch * W + j] * x;
         }
         val = sd_dev_silu(acc);
+        rows[(size_t)(pos % n_rows) * 3 * P + (size_t)which * P + ch] = fresh[(size_t)t * P + ch];
     }
     if (which < 2) { // block-uniform: q and k are L2-normalised per head
         const float ss = sd_block_sum(val * val, sh);
@@ -63,12 +61,12 @@ extern "C" sd_code sd_cuda_kda_conv(float *conv_rows, int n_rows, const float *q
     SD_NVTX("sd_cuda_kda_conv");
     if (d < 1 || d > 1024) return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda kda: head_dim %d outside 1..1024", d);
     if (T < 1) return SD_OK;
+    if (T + W - 1 > n_rows)
+        return sd_fail(st, SD_ERR_USAGE, "cuda kda conv: %d tokens and a %d-tap window need %d ring rows, the state has %d", T, W,
+                       T + W - 1, n_rows);
     const int P = H * d;
-    const size_t n = (size_t)T * 3 * P;
-    SD_CUDA_CHECK(st, sd_launch(conv_store_kernel, (int)(n < 256 * 1024 ? (n + 255) / 256 : 1024), 256, 0, stream, conv_rows, n_rows, q,
-                                k, v, T, P, pos0));
-    SD_CUDA_CHECK(st, sd_launch(conv_kernel, dim3(H, 3, T), sd_round32(d), 0, stream, conv_rows, n_rows, q_conv, k_conv, v_conv, P,
-                                d, W, pos0, qc, kc, vc));
+    SD_CUDA_CHECK(st, sd_launch(conv_kernel, dim3(H, 3, T), sd_round32(d), 0, stream, conv_rows, n_rows, q, k, v, q_conv, k_conv,
+                                v_conv, P, d, W, pos0, qc, kc, vc));
     return SD_OK;
 }
 
