@@ -15,6 +15,11 @@
 //            unit's one activation row (exp_out[t·K+j][o]); then, on combine, out[t][o] =
 //            Σ_j w·exp_out + shared in the CPU's order (optionally added into the residual stream).
 //   down bulk-prefetches each warp's next units' weight rows into L2 (linear.cuh).
+// Tried and not kept (2026-11-29, kimi-linear-48b-a3b decode): the selection as the tail of the
+// router's Linear launch (its last block to finish selects, after a threadfence + atomic ticket)
+// instead of a launch of its own: same bits, but the step went 3.72 -> 3.82 ms — programmatic
+// dependent launch (pdl.h) already hides the select launch, and the tail serialises behind the
+// router's slowest block.
 #include "moe.h"
 #include "linear.cuh"
 #include "linear.h"
