@@ -1,6 +1,7 @@
 // test_state.c — rollback: forward T tokens then commit(n) ≡ a state that only saw the n
 // tokens, bitwise (live-state hash and every later logit), for all n; also across several
 // pending forwards (the draft's pattern) and at the edges of the ring buffers.
+// The cursor that device kernels read follows len and pending.
 #include <string.h>
 #include "common.h"
 
@@ -105,6 +106,31 @@ Test(rollback, rings_wrap_over_many_rounds) {
     sd_state_live_hash(&r, h_want);
     cr_assert_str_eq(h_got, h_want);
     sd_state_free(&r);
+    sd_state_free(&s);
+    sd_model_free(&m);
+}
+
+// The cursor (state.h): {len, pending} in the state's own memory follows every forward, commit
+// and reset — what device kernels read instead of a position argument.
+Test(state, cursor_follows_len_and_pending) {
+    sd_model m;
+    synth_from("configs/tiny.json", 11, 0, SD_MAX_LAYERS, 1.0f, &m);
+    sd_state s;
+    sd_status st = {0};
+    cr_assert_eq(sd_state_init(&s, &m.cfg, 16, 4, &st), SD_OK);
+    cr_assert(s.cursor[0] == 0 && s.cursor[1] == 0, "a new state's cursor is {0, 0}");
+    const int toks[4] = {1, 2, 3, 4};
+    cr_assert_eq(sd_forward(&m, &s, toks, 3, NULL, 0, NULL, &st), SD_OK, "%s", st.msg);
+    cr_assert(s.cursor[0] == 0 && s.cursor[1] == 3, "after a 3-token forward: {%d, %d}", s.cursor[0], s.cursor[1]);
+    cr_assert_eq(sd_forward(&m, &s, toks, 1, NULL, 0, NULL, &st), SD_OK, "%s", st.msg);
+    cr_assert(s.cursor[0] == 0 && s.cursor[1] == 4, "pending accumulates: {%d, %d}", s.cursor[0], s.cursor[1]);
+    cr_assert_eq(sd_state_commit(&s, 2, &st), SD_OK);
+    cr_assert(s.cursor[0] == 2 && s.cursor[1] == 0, "commit(2): {%d, %d}", s.cursor[0], s.cursor[1]);
+    cr_assert_eq(sd_forward(&m, &s, toks, 4, NULL, 0, NULL, &st), SD_OK, "%s", st.msg);
+    cr_assert_eq(sd_forward(&m, &s, toks, 1, NULL, 0, NULL, &st), SD_ERR_USAGE, "beyond max_T must fail");
+    cr_assert(s.cursor[0] == 2 && s.cursor[1] == 4, "a refused forward leaves the cursor: {%d, %d}", s.cursor[0], s.cursor[1]);
+    sd_state_reset(&s);
+    cr_assert(s.cursor[0] == 0 && s.cursor[1] == 0, "reset: {%d, %d}", s.cursor[0], s.cursor[1]);
     sd_state_free(&s);
     sd_model_free(&m);
 }
