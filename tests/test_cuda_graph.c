@@ -175,7 +175,7 @@ Test(cuda_graph, launch_overlap_changes_no_bits, .timeout = 300) {
     sd_cuda_graph g;
     cr_assert_eq(sd_cuda_graph_capture(&dev, &sb, T, &g, &st), SD_OK, "%s", st.msg);
     cr_assert_eq(sd_cuda_graph_forward(&g, toks, ab, &st), SD_OK, "%s", st.msg);
-    assert_same_step(&sa, &sb, T, V, aa, ab, "pdl off vs captured with pdl", 0);
+    assert_same_step(&sa, &sb, T, V, aa, ab, "pdl off vs captured", 0);
     sd_cuda_graph_free(&g);
     sd_state_free(&sa);
     sd_state_free(&sb);

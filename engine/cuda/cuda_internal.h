@@ -23,6 +23,9 @@ sd_code sd_cuda_walk(sd_cuda_backend *b, const sd_model *m, sd_state *s, const i
 // last_only) into the state's logits scratch, then what logits and opts ask for (logits,
 // argmax, softmax into opts->probs, draws), then the forward's one drain of b->stream: every
 // host result is valid on return. Without logits or a request of opts it only drains.
+// The head's launches alone: rmsnorm + lm_head of rows first .. first+n_out-1 into the state's
+// logits scratch, on b->stream, no host sync (sd_cuda_head, and the graph of graph.c).
+sd_code sd_cuda_head_logits(sd_cuda_backend *b, const sd_model *m, sd_state *s, int first, int n_out, sd_status *st);
 sd_code sd_cuda_head(sd_cuda_backend *b, const sd_model *m, sd_state *s, int T, float *logits, int last_only,
                      const sd_forward_opts *opts, sd_status *st);
 // Is p an allocation in b's device memory? Else a usage error naming `what` (head.c).

@@ -5,20 +5,15 @@
 #include "cuda_graph.h"
 #include <string.h>
 #include "check.h"         // SD_CUDA_CHECK
-#include "cuda_internal.h" // sd_cuda_walk, sd_cuda_state_is_ours
-#include "linear.h"        // sd_cuda_linear
+#include "cuda_internal.h" // sd_cuda_walk, sd_cuda_head_logits, sd_cuda_state_is_ours
 #include "pdl.h"           // sd_cuda_pdl
-#include "rows.h"          // sd_cuda_rmsnorm
 #include "sampling.h"      // sd_cuda_argmax
 
 // The graph's body on b->stream (in capture mode).
 static sd_code enqueue(sd_cuda_backend *b, const sd_model *m, sd_state *s, const sd_cuda_graph *g, sd_status *st) {
-    const sd_config *c = &m->cfg;
-    sd_scratch *x = &s->scratch;
     sd_code rc = sd_cuda_walk(b, m, s, g->tokens, g->T, NULL, st);
-    if (!rc) rc = sd_cuda_rmsnorm(x->x, m->w.final_norm, g->T, c->hidden_size, c->rms_norm_eps, x->a, b->stream, st);
-    if (!rc) rc = sd_cuda_linear(&m->w.lm_head, x->a, g->T, x->logits, b->stream, st);
-    if (!rc) rc = sd_cuda_argmax(x->logits, g->T, c->vocab_size, g->argmax, b->stream, st);
+    if (!rc) rc = sd_cuda_head_logits(b, m, s, 0, g->T, st);
+    if (!rc) rc = sd_cuda_argmax(s->scratch.logits, g->T, m->cfg.vocab_size, g->argmax, b->stream, st);
     return rc;
 }
 

@@ -33,10 +33,18 @@ static sd_code ensure_sample_buffers(sd_cuda_backend *b, int n, sd_status *st) {
     return SD_OK;
 }
 
+sd_code sd_cuda_head_logits(sd_cuda_backend *b, const sd_model *m, sd_state *s, int first, int n_out, sd_status *st) {
+    const sd_config *c = &m->cfg;
+    const int D = c->hidden_size;
+    sd_scratch *x = &s->scratch;
+    TRY(sd_cuda_rmsnorm(x->x + (size_t)first * D, m->w.final_norm, n_out, D, c->rms_norm_eps, x->a, b->stream, st));
+    return sd_cuda_linear(&m->w.lm_head, x->a, n_out, x->logits, b->stream, st);
+}
+
 sd_code sd_cuda_head(sd_cuda_backend *b, const sd_model *m, sd_state *s, int T, float *logits, int last_only,
                      const sd_forward_opts *opts, sd_status *st) {
     const sd_config *c = &m->cfg;
-    const int D = c->hidden_size, V = c->vocab_size;
+    const int V = c->vocab_size;
     const int first = last_only ? T - 1 : 0, n_out = T - first;
     int *argmax = opts ? opts->argmax : NULL, *sampled = opts ? opts->sampled : NULL;
     float *probs = opts ? opts->probs : NULL;
@@ -46,8 +54,7 @@ sd_code sd_cuda_head(sd_cuda_backend *b, const sd_model *m, sd_state *s, int T, 
 
     if (sampled) TRY(ensure_sample_buffers(b, s->max_T > T ? s->max_T : T, st));
     if (logits || argmax || sampling) { // the logits stay on the device unless asked for
-        TRY(sd_cuda_rmsnorm(x->x + (size_t)first * D, m->w.final_norm, n_out, D, c->rms_norm_eps, x->a, q, st));
-        TRY(sd_cuda_linear(&m->w.lm_head, x->a, n_out, x->logits, q, st));
+        TRY(sd_cuda_head_logits(b, m, s, first, n_out, st));
         if (logits)
             SD_CUDA_CHECK(st, cudaMemcpyAsync(logits, x->logits, sizeof(float) * (size_t)n_out * V, cudaMemcpyDeviceToHost, q));
         if (argmax) {
