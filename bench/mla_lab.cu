@@ -5,56 +5,23 @@
 //     o_h = W_UV,h · Σ_j p_j c_j          (kv_b = [W_UK,h; W_UV,h] per head, bf16 here)
 // at Kimi-Linear dims: Hm = 32 heads, R = kv_lora_rank 512, dn = 128, dr = 64, dv = 128.
 //
-// Versions (µs per call, L2 flushed before each / back-to-back; H200 of this workplace,
-// 2026-11-29, one run; "hot" only where measured)
-//                        ctx 512      2048      8192     32768
-//   1  T = 1          144.3/82.1     468.4    1780.4    6898.2
-//      T = 5          144.1/87.4     471.2    1789.5    6956.7
-//   2 (HG 2, the launcher's first default)
-//      T = 1           56.5/39.3     159.7     570.2    2200.0
-//      T = 5          137.7/119.3    350.9    1339.7    6563.8
-//   3 (HG 1, now the default)
-//      T = 1           43.7          92.5     285.1    1246.8
-//      T = 5          128.2         259.0     791.5    3721.7
-//   5 (HG 4)  T = 1    82.5         231.9     828.6    3206.1
-//
+// Versions (µs per call, cold = L2 flushed before each; H200 of this workplace, 2026-11-29)
 //   1  the original kernel (copied here): one 8-warp block per (head, token) walking all of the
 //      token's rows; q̃ by one thread per latent column (i increasing); warp w takes rows j ≡ w
 //      (mod 8) with an online softmax. Only Hm·T blocks, every head re-reads the whole cache, and
-//      each block reads its head's 256 kv_b rows itself.
-//   2  sd_cuda_mla_attend (kernels/mla.cu, compiled into this lab by #include): a flash-decoding
-//      split with no global scratch. One thread-block cluster of 8 blocks per (group of HG heads,
-//      token); rank b of the cluster async-copies its 1/8 of the group's W_UK columns and W_UV
-//      rows into shared memory at once (all 8 MB of kv_b in flight together; W_UV is waited for
-//      only at the end), computes its 1/8 of q̃, gathers the rest over distributed shared memory,
-//      runs chunk b of the token's rows (at most 8 chunks, sizes a multiple of 8 rows, fixed by
-//      the token's position alone) with a per-warp online softmax, merges the 8 chunks' states in
-//      chunk order for its 1/8 of the latent columns, gathers the latent, and applies its 1/8 of
-//      W_UV. The launcher's default HG (first 2 when 8·Hm/2·T blocks filled the SMs, now 1).
-//   3..5  version 2 with HG forced to 1, 2, 4 (same kernel template; HG never changes the bits,
-//      which this lab checks).
+//      each block reads its head's 256 kv_b rows itself. ctx 512 T = 1: 144.3 cold / 82.1 hot.
+//   2  sd_cuda_mla_attend (kernels/mla.cu, compiled into this lab by #include): three launches
+//      over every head at once — absorb (q̃, weights loaded before the wait for the predecessor),
+//      split (block = chunk of rows × 4 heads, rows in 16-row tiles shared by the heads, async
+//      copies double-buffered; at most 32 chunks per token, fixed by its position), merge (chunk
+//      states in chunk order, then W_UV from shared memory).
 //
-// Tried and not kept (2026-11-29): three launches in which every head of a block shares each
-// latent row it reads — absorb (q̃ by one thread per column), split (a block per chunk of at most
-// 32 position chunks and 8 heads, one warp per head, 4 rows in flight, partials to global
-// scratch), merge + W_UV. Correct (all checks here passed, verify ≡ decode bitwise) but slower:
-// ctx 512 T = 1 55.5 hot / 87.5 cold, 32K T = 5 5598 µs against version 3's 43.7 / 3722: one
-// row stream per head per chunk is less parallelism than 8 chunks × 8 warps per head, and each
-// warp's rows are a serial chain. An all-heads design needs several warps per head and chunk
-// (the latent sum split across them) and far more chunks at long contexts.
-//
-// Open question: why each warp-row costs ~1.2 µs (L2-resident) and a cluster ~20 µs fixed.
-// Version 2's time grows ~linearly in rows per warp (ctx/64): ~1.2-2.3 µs per row hot at HG 2,
-// ~5 µs from DRAM at 32K. Lead (inferred from the code, not profiled): per row the warp waits
-// on the latent load, then the rope-key loop issues its two kpe loads only after the latent dot
-// (two more serialized round trips), then two 5-step shuffle trees: ~3 memory latencies in
-// series per row, as in version 1 (~1.3 µs per row). Next: load kpe with c and prefetch the next
-// row group (or cp.async a chunk tile into shared memory, double-buffered) so the loads leave
-// the chain. The part that does not grow with ctx (~20 µs at ctx 512, by the line through ctx 512
-// and 2048) is serial shared/distributed-shared-memory chains: 8-long chunk loop of dependent
-// DSMEM loads per latent column (phase 3), 16-deep dot chains (phase 4), the q̃ partial sums,
-// and 4 cluster barriers. T = 5 runs in ~5 waves of clusters (1280 blocks at HG 1 against ~240
-// resident): rows are not shared across the tokens of a call, nor across heads.
+// Replaced designs (measured here, 2026-11-29): a flash-decoding split in 8-block thread-block
+// clusters per (group of HG heads, token) with no global scratch — ctx 512 T = 1 37.3 hot / 43.5
+// cold, T = 5 128 cold, 32K T = 1 1247: at most 30 clusters resident on the H200, ~20 µs per
+// cluster of serial distributed-shared-memory chains and barriers, rows never shared across
+// heads or tokens. Before it, three launches with one warp per head per chunk walking its rows
+// as a serial chain: 55.5 hot / 87.5 cold.
 //
 // Checks: max relative error (max |gpu − cpu| / max |cpu| over the call's outputs) against the CPU
 // reference (engine/cpu/mla.c's attend in float: i-ordered q̃, sequential dots, two-pass softmax) for
@@ -76,7 +43,7 @@
 #include <algorithm>
 #include <thread>
 #include <vector>
-#include "mla.cu" // sd_cuda_mla_attend (version 2), attend_kernel and g_mla_force_hg: the production source
+#include "mla.cu" // sd_cuda_mla_attend (version 2): the production source
 
 #define CK(x)                                                                                        \
     do {                                                                                             \
@@ -87,6 +54,7 @@
         }                                                                                            \
     } while (0)
 
+#define ATT_WARPS 8 // version 1's warps per block
 static const int HM = 32, RR = 512, DN = 128, DR = 64, DV = 128, QW = DN + DR, MAXT = 9;
 
 // ---------------------------------------------------------------------------------------------
@@ -276,7 +244,7 @@ static uint16_t to_bf16(float f) { // round to nearest even
 static float from_bf16(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
 
 struct dev_bufs {
-    float *q = nullptr, *c = nullptr, *kpe = nullptr, *mo = nullptr;
+    float *q = nullptr, *c = nullptr, *kpe = nullptr, *mo = nullptr, *qabs = nullptr, *part = nullptr;
     uint16_t *kvb = nullptr;
     sd_mat kv_b{};
 };
@@ -287,13 +255,12 @@ static void run_v(int version, dev_bufs &d, int T, int pos0, float *mo, cudaStre
         CK(cudaGetLastError());
         return;
     }
-    g_mla_force_hg = version == 3 ? 1 : version == 4 ? 2 : version == 5 ? 4 : 0;
     sd_status st = {};
-    if (sd_cuda_mla_attend(d.q, &d.kv_b, d.c, d.kpe, T, HM, DN, DR, DV, RR, sd_pos_fixed(pos0), mo, s, &st) != SD_OK) {
-        fprintf(stderr, "sd_cuda_mla_attend (version %d): %s\n", version, st.msg);
+    if (sd_cuda_mla_attend(d.q, &d.kv_b, d.c, d.kpe, T, HM, DN, DR, DV, RR, sd_pos_fixed(pos0), nullptr, d.qabs, d.part, mo, s,
+                           &st) != SD_OK) {
+        fprintf(stderr, "sd_cuda_mla_attend: %s\n", st.msg);
         exit(1);
     }
-    g_mla_force_hg = 0;
 }
 
 static double max_rel(const float *g, const float *r, size_t n) {
@@ -312,26 +279,13 @@ int main(int argc, char **argv) {
     CK(cudaGetDeviceProperties(&prop, 0));
     printf("mla_lab: %s, %d SMs, L2 %d MB; Hm %d R %d dn %d dr %d dv %d, kv_b bf16\n", prop.name,
            prop.multiProcessorCount, prop.l2CacheSize >> 20, HM, RR, DN, DR, DV);
-    for (int hg = 1; hg <= 4; hg *= 2) {
-        const int bytes = mla_layout(hg, RR, DN, DR, DV, 2).bytes;
-        int clusters = -1;
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3(MLA_CL, HM / hg, 1);
-        cfg.blockDim = dim3(ATT_WARPS * 32);
-        cfg.dynamicSmemBytes = bytes;
-        cudaLaunchAttribute at[1];
-        at[0].id = cudaLaunchAttributeClusterDimension;
-        at[0].val.clusterDim.x = MLA_CL; at[0].val.clusterDim.y = 1; at[0].val.clusterDim.z = 1;
-        cfg.attrs = at; cfg.numAttrs = 1;
-        void (*kern)(const float *, const void *, const float *, const float *, int, int, int, int, int, sd_dev_pos, int, float *) =
-            hg == 1 ? attend_kernel<1, 16, true> : hg == 2 ? attend_kernel<2, 16, true> : attend_kernel<4, 16, true>;
-        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-        cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, kern, &cfg);
-        cudaFuncAttributes fa;
-        cudaFuncGetAttributes(&fa, kern);
-        printf("  HG %d: %d B shared/block, %d regs, max active clusters %d%s%s\n", hg, bytes, fa.numRegs, clusters,
-               e != cudaSuccess ? " — " : "", e != cudaSuccess ? cudaGetErrorString(e) : "");
-        cudaGetLastError();
+    {
+        cudaFuncAttributes fa, fs, fm;
+        CK(cudaFuncGetAttributes(&fa, absorb_kernel<true, true>));
+        CK(cudaFuncGetAttributes(&fs, split_kernel<16>));
+        CK(cudaFuncGetAttributes(&fm, merge_kernel<true>));
+        printf("  registers: absorb %d, split %d, merge %d; split %zu B shared/block\n", fa.numRegs, fs.numRegs, fm.numRegs,
+               split_smem(RR, DR));
     }
 
     // Weights: kv_b uniform in ±0.5 rounded to bf16 (scores of std ~1 with unit-scale latents).
@@ -346,6 +300,8 @@ int main(int argc, char **argv) {
     CK(cudaMalloc(&d.kpe, sizeof(float) * (size_t)CMAX * DR));
     CK(cudaMalloc(&d.q, sizeof(float) * MAXT * HM * QW));
     CK(cudaMalloc(&d.mo, sizeof(float) * MAXT * HM * DV * 8));
+    CK(cudaMalloc(&d.qabs, sizeof(float) * MAXT * HM * RR));
+    CK(cudaMalloc(&d.part, sizeof(float) * MAXT * HM * SD_MLA_SPLIT * (RR + 2)));
     CK(cudaMemcpy(d.kvb, kvh.data(), nW * 2, cudaMemcpyHostToDevice));
     d.kv_b.data = d.kvb;
     d.kv_b.dtype = SD_DT_BF16;
@@ -367,7 +323,7 @@ int main(int argc, char **argv) {
     bool all_ok = true;
     const int ctxs[] = {1, 100, 512, 4096, 32768};
     const size_t per_tok = (size_t)HM * DV;
-    std::vector<float> ref(MAXT * per_tok), got(MAXT * per_tok), one(MAXT * per_tok), alt(MAXT * per_tok);
+    std::vector<float> ref(MAXT * per_tok), got(MAXT * per_tok), one(MAXT * per_tok);
     for (int ctx : ctxs) {
         if (quick && ctx > 4096) continue;
         const int pos0 = ctx - 1;
@@ -380,7 +336,7 @@ int main(int argc, char **argv) {
         }
         CK(cudaMemcpy(one.data(), d.mo, sizeof(float) * MAXT * per_tok, cudaMemcpyDeviceToHost));
         double e1 = 0, e2 = 0, eone = max_rel(one.data(), ref.data(), MAXT * per_tok);
-        bool tind = true, hgeq = true;
+        bool tind = true;
         for (int T = 1; T <= MAXT; T++) {
             run_v(1, d, T, pos0, d.mo, s);
             CK(cudaMemcpy(got.data(), d.mo, sizeof(float) * T * per_tok, cudaMemcpyDeviceToHost));
@@ -394,20 +350,11 @@ int main(int argc, char **argv) {
                     if (memcmp(got.data() + t * per_tok, one.data() + t * per_tok, sizeof(float) * per_tok))
                         printf("  ctx %d T %d: token %d differs from its 1-token call\n", ctx, T, t);
             }
-            if (T == 1 || T == 5 || T == MAXT)
-                for (int v = 3; v <= 5; v++) {
-                    run_v(v, d, T, pos0, d.mo, s);
-                    CK(cudaMemcpy(alt.data(), d.mo, sizeof(float) * T * per_tok, cudaMemcpyDeviceToHost));
-                    if (memcmp(alt.data(), got.data(), sizeof(float) * T * per_tok)) {
-                        hgeq = false;
-                        printf("  ctx %d T %d: version %d (HG %d) differs from version 2\n", ctx, T, v, v == 3 ? 1 : v == 4 ? 2 : 4);
-                    }
-                }
         }
-        const bool ok = e2 <= 1e-4 && eone <= 1e-4 && tind && hgeq;
+        const bool ok = e2 <= 1e-4 && eone <= 1e-4 && tind;
         all_ok = all_ok && ok;
-        printf("ctx %5d: v1 %.2e  v2 %.2e (decode %.2e)  v2 token-alone ≡ in-call: %s  HG 1/2/4 ≡: %s  %s\n", ctx, e1, e2,
-               eone, tind ? "yes" : "NO", hgeq ? "yes" : "NO", ok ? "ok" : "FAIL");
+        printf("ctx %5d: v1 %.2e  v2 %.2e (decode %.2e)  v2 token-alone ≡ in-call: %s  %s\n", ctx, e1, e2, eone,
+               tind ? "yes" : "NO", ok ? "ok" : "FAIL");
     }
 
     // ------------------------------------------------------------------ timing
@@ -424,7 +371,7 @@ int main(int argc, char **argv) {
     std::vector<row> rows;
     for (int ctx : tctx)
         for (int T : tT)
-            for (int v = 1; v <= 5; v++) {
+            for (int v = 1; v <= 2; v++) {
                 const int pos0 = ctx - 1;
                 run_v(v, d, T, pos0, d.mo, s); // warm-up (and kernel attributes)
                 CK(cudaStreamSynchronize(s));
@@ -458,15 +405,15 @@ int main(int argc, char **argv) {
                 rows.push_back({ctx, T, v, hot, cs[cs.size() / 2]});
             }
     CK(cudaGetLastError());
-    printf("  ctx     T |   v1 hot   cold |   v2 hot   cold |  HG1 cold  HG2 cold  HG4 cold | v2 cold GB/s (%% of 4.2 TB/s)  v1/v2\n");
-    for (size_t i = 0; i < rows.size(); i += 5) {
+    printf("  ctx     T |   v1 hot   cold |   v2 hot   cold | v2 cold GB/s (%% of 4.2 TB/s)  v1/v2\n");
+    for (size_t i = 0; i < rows.size(); i += 2) {
         const row *r = &rows[i];
         const int ctx = r[0].ctx, T = r[0].T;
         const double bytes = (double)(ctx - 1 + T) * (RR + DR) * 4 + (double)HM * (DN + DV) * RR * 2 +
                              (double)T * HM * QW * 4 + (double)T * HM * DV * 4;
         const double gbs = bytes / (r[1].cold * 1e-6) / 1e9;
-        printf("%6d %5d | %8.1f %6.1f | %8.2f %6.2f | %8.2f %8.2f %8.2f | %8.0f (%4.1f%%)  %6.1fx\n", ctx, T, r[0].hot,
-               r[0].cold, r[1].hot, r[1].cold, r[2].cold, r[3].cold, r[4].cold, gbs, 100.0 * gbs / 4200.0,
+        printf("%6d %5d | %8.1f %6.1f | %8.2f %6.2f | %8.0f (%4.1f%%)  %6.1fx\n", ctx, T, r[0].hot, r[0].cold, r[1].hot,
+               r[1].cold, gbs, 100.0 * gbs / 4200.0,
                r[0].cold / r[1].cold);
     }
     printf("\n%s\n", all_ok ? "mla_lab: all checks passed" : "mla_lab: CHECKS FAILED");

@@ -44,6 +44,7 @@ static void layout(sd_state *s, bump *b) {
     x->gb = TAKE_F(b, T * P); x->beta = TAKE_F(b, T * Hk); x->y = TAKE_F(b, T * P);
     x->mq = TAKE_F(b, T * Hm * (dn + dr)); x->kv = TAKE_F(b, T * (R + dr));
     x->qabs = TAKE_F(b, T * Hm * R); x->lat = TAKE_F(b, T * Hm * R); x->mo = TAKE_F(b, T * Hm * dv);
+    x->mla_part = TAKE_F(b, T * Hm * SD_MLA_SPLIT * (R + 2));
     x->scores = TAKE_F(b, Hm * (size_t)s->capacity);
     x->ffn_h1 = TAKE_F(b, T * ffn); x->ffn_h2 = TAKE_F(b, T * ffn);
     x->exp_out = TAKE_F(b, T * K * D); x->xg = TAKE_F(b, T * D); x->yg = TAKE_F(b, T * D);

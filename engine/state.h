@@ -30,12 +30,17 @@ typedef struct {
     float *kpe;  // (capacity, dr) rope keys (rotated when RoPE is on)
 } sd_mla_state;
 
+// The most chunks the device MLA attention cuts a token's rows into (kernels/mla.cu); sizes the
+// scratch's mla_part (the CPU leaves it unused).
+#define SD_MLA_SPLIT 32
+
 // Scratch for one forward of up to max_T tokens (contents meaningless between calls).
 typedef struct {
     float *x, *a, *mix;                 // (T, D) residual, normed input, sublayer output
     float *q, *k, *v, *qc, *kc, *vc;    // (T, P) KDA raw and convolved
     float *gate, *fa, *ga, *gb, *beta, *y; // KDA gates (T,P), (T,d), (T,d), (T,P), (T,Hk), (T,P)
     float *mq, *kv, *qabs, *lat, *mo;   // MLA (T,Hm(dn+dr)), (T,R+dr), (T,Hm,R), (T,Hm,R), (T,Hm dv)
+    float *mla_part;                    // (T, Hm, SD_MLA_SPLIT, R+2) the device attention's chunk partials
     float *scores;                      // (Hm, capacity) one row per head
     float *ffn_h1, *ffn_h2;             // (T, max FFN width)
     float *exp_out;                     // (T, K, D) routed expert outputs

@@ -1,46 +1,73 @@
 // mla.cu — the MLA cache write and the absorbed attention (the Linears around them are
-// sd_cuda_linear).
-//   cache write: one block per new token: RMSNorm of the latent (sd_block_rmsnorm), the rope key,
-//                and RoPE of the key and the T queries' rope parts (double angles, as the CPU).
-//   attend:      flash-decoding split, one thread-block cluster of MLA_CL = 8 blocks per (group of
-//                HG heads, query token); no global scratch (the partials live in the blocks'
-//                shared memory and are read across the cluster). Per block (rank b):
-//                0. async copies of its W_UK,h columns [b·R/8, (b+1)·R/8) and W_UV,h rows
-//                   [b·dv/8, (b+1)·dv/8) for its HG heads into shared memory (all of kv_b's
-//                   bytes are in flight at once; W_UV is waited for only at step 4);
-//                1. q̃ for its columns: partial sums over 8 consecutive i each (i increasing),
-//                   then the dn/8 partials in order; the cluster gathers the full q̃;
-//                2. chunk b of the token's rows (mla_chunking: at most 8 chunks whose size is a
-//                   multiple of 8 rows, a function of the token's position alone): warp w takes
-//                   rows a+w, a+w+8, ... with an online softmax per head (running max, sum and
-//                   Σ e_j c_j in registers); the 8 warp states merged in warp order;
-//                3. the chunks merged in chunk order (max, rescale, sum) for its columns of the
-//                   latent sum, normalised; the cluster gathers the full latent;
-//                4. its W_UV rows dotted with the latent (one warp per row, lane-strided).
-//                Every sum's order depends on the position and the dims only, never on T or on
-//                HG: verify ≡ decode holds bitwise. Differs from the CPU's two-pass softmax and
-//                i-ordered q̃ by rounding (NMSE-level).
-#include <cooperative_groups.h>
+// sd_cuda_linear). Three launches over every head at once (mla.h), a flash-decoding split whose
+// per-chunk partials live in the state's scratch:
+//   absorb: block (64 latent columns, head, token): q̃ = W_UK,hᵀ qn. Each thread loads its 32
+//           weights before it waits for the predecessor (weights are never written), so the
+//           weight reads overlap the previous kernel's tail. With a cache write folded in, one
+//           more block per token runs it (RMSNorm of the latent, the rope key, RoPE of the key and
+//           of the T queries' rope parts in double angles, as the CPU) — absorb reads only the
+//           queries' nope parts, so the two never touch the same bytes.
+//   split:  block (chunk k, 4 heads, token): the chunk's rows in tiles of 16 (async copies,
+//           double-buffered) shared by the 4 heads; per head the scores, then the chunk's state
+//           (running max, sum of exps, Σ e_j c_j) tile by tile. Chunks: mla_chunking, a function
+//           of the token's position alone.
+//   merge:  block (16 output rows, head, token): the chunk states merged in chunk order into the
+//           normalised latent, then its W_UV rows (copied into shared memory before the wait)
+//           dotted with it, one warp per row.
+// Order per output, independent of T (verify ≡ decode bitwise) and of the grid shapes:
+//   q̃[r]    Σ over groups of 8 consecutive i (in order) of the group's fmaf chain, i increasing;
+//   score_j  lane partials (fmaf over r = lane + 32k, k increasing, then the rope part the same
+//            way), sd_warp_sum's tree, times (dn+dr)^-½;
+//   chunk    per tile of 16 rows from the chunk start: M' = max(M, tile max), f = e^(M−M'),
+//            l = l·f + e_j (j increasing), acc_r = fmaf(e_j, c_j[r], acc_r·f) (j increasing);
+//   merge    M = max_k m_k, f_k = e^(m_k−M), L = Σ_k l_k f_k, lat_r = (Σ_k fmaf acc_k[r]·f_k)·(1/L),
+//            k increasing;
+//   out      lane partials (fmaf over r = lane + 32i), sd_warp_sum's tree.
+// Differs from the CPU's i-ordered q̃ and two-pass softmax by rounding (NMSE-level).
+//
+// Replaced (2026-11-29): one 8-block thread-block cluster per (head group, token) with no
+// scratch — 43.5 µs cold at ctx 512, T = 1 (bench/mla_lab): only 30 clusters fit the H200 at once,
+// and each spent ~20 µs on serial distributed-shared-memory chains and cluster barriers.
 #include <cuda_pipeline.h>
 #include "mla.h"
 #include "rows.cuh"
+#include "state.h" // SD_MLA_SPLIT
 
-#define ATT_WARPS 8 // warps per attend block
-#define MLA_CL 8    // blocks per cluster = the most chunks a token's rows are cut into
-#define MLA_TILE 8  // chunk sizes are multiples of this (= ATT_WARPS: every warp gets rows)
-#define MLA_IG 8    // W_UK rows per partial sum of q̃
+#define MLA_COLS 64 // absorb: latent columns per block
+#define MLA_IG 4    // absorb: W_UK rows per partial sum of q̃
+#define MLA_PRE 8   // absorb, scalar path: i-groups per thread loaded before the wait (dn <= 128)
+#define MLA_TILE 16 // split: rows per tile; chunk sizes are multiples of it
+#define MLA_HB 4    // split: heads per block (two warps each, 8 rows of a tile per warp)
+#define MLA_NK 16   // split: the most latent entries per lane (R <= 512)
+#define MLA_NP 4    // split: rope entries per lane (dr <= 128)
+#define MLA_VR 16   // merge: W_UV rows per block
+#define MLA_THREADS 256
+static_assert(MLA_THREADS == SD_NORM_THREADS, "the folded cache write runs sd_block_rmsnorm with the absorb block");
+static_assert(SD_MLA_SPLIT <= 32, "merge: one lane per chunk");
+static_assert(MLA_HB * 64 == MLA_THREADS && MLA_HB * 2 * 32 == MLA_THREADS, "split: thread roles");
 
-static __global__ void __launch_bounds__(SD_NORM_THREADS)
-cache_write_kernel(const float *__restrict__ kv, const float *__restrict__ kv_norm, float eps, int R, int dr, sd_dev_pos at,
-                   float *__restrict__ c, float *__restrict__ kpe, float *__restrict__ mq, int Hm, int dn, int rope,
-                   double theta) {
-    sd_pdl_enter();
+// The token at `pos` sees rows 0..pos, cut into *nch <= SD_MLA_SPLIT chunks of *cs rows (the last
+// one shorter): chunk k is rows [k·cs, min((k+1)·cs, pos+1)). A function of pos alone.
+__host__ __device__ static inline void mla_chunking(int pos, int *nch, int *cs) {
+    const int n = pos + 1, ntile = (n + MLA_TILE - 1) / MLA_TILE, tpc = (ntile + SD_MLA_SPLIT - 1) / SD_MLA_SPLIT;
+    *cs = tpc * MLA_TILE;
+    *nch = (n + *cs - 1) / *cs;
+}
+
+template <bool BF16> __device__ __forceinline__ float mla_ldw(const void *base, size_t i) {
+    return BF16 ? sd_dev_bf16(((const uint16_t *)base)[i]) : ((const float *)base)[i];
+}
+
+// ---------------------------------------------------------------------------- cache write
+// Token t of the call (one block): c[pos] = rmsnorm(latent), kpe[pos] = the rope key; with rope,
+// the key and every head's query rope part rotated in place.
+__device__ static void cache_write_token(const sd_mla_write &wr, int t, int pos, int R, int dr, float *c, float *kpe, float *mq,
+                                         int Hm, int dn) {
     __shared__ float sh[32];
-    const int t = blockIdx.x, pos = sd_pos_read(at) + t;
-    const float *kvt = kv + (size_t)t * (R + dr);
-    sd_block_rmsnorm(kvt, kv_norm, R, eps, c + (size_t)pos * R, sh);
+    const float *kvt = wr.kv + (size_t)t * (R + dr);
+    sd_block_rmsnorm(kvt, wr.kv_norm, R, wr.eps, c + (size_t)pos * R, sh);
     float *kp = kpe + (size_t)pos * dr;
-    if (!rope) {
+    if (!wr.rope) {
         for (int i = threadIdx.x; i < dr; i += blockDim.x) kp[i] = kvt[R + i];
         return;
     }
@@ -48,7 +75,7 @@ cache_write_kernel(const float *__restrict__ kv, const float *__restrict__ kv_no
     // Pair i of the key, then pair i of every head's query rope part: (1 + Hm) · half rotations.
     for (int e = threadIdx.x; e < (1 + Hm) * half; e += blockDim.x) {
         const int i = e % half, who = e / half;
-        const double ang = (double)pos * pow(theta, -2.0 * i / dr);
+        const double ang = (double)pos * pow(wr.theta, -2.0 * i / dr);
         const float cs = (float)cos(ang), sn = (float)sin(ang);
         const float *src = who == 0 ? kvt + R : mq + (size_t)t * Hm * qw + (size_t)(who - 1) * qw + dn;
         float *dst = who == 0 ? kp : mq + (size_t)t * Hm * qw + (size_t)(who - 1) * qw + dn;
@@ -59,379 +86,342 @@ cache_write_kernel(const float *__restrict__ kv, const float *__restrict__ kv_no
     if ((dr & 1) && threadIdx.x == 0) kp[dr - 1] = kvt[R + dr - 1]; // odd dr: the last entry has no pair
 }
 
-extern "C" sd_code sd_cuda_mla_cache_write(const float *kv, const float *kv_norm, float eps, int T, int R, int dr, sd_dev_pos pos0,
-                                           float *c, float *kpe, float *mq, int Hm, int dn, bool rope, double theta,
-                                           cudaStream_t stream, sd_status *st) {
-    SD_NVTX("sd_cuda_mla_cache_write");
-    if (T < 1) return SD_OK;
-    SD_CUDA_CHECK(st, sd_launch(cache_write_kernel, T, SD_NORM_THREADS, 0, stream, kv, kv_norm, eps, R, dr, pos0, c, kpe, mq, Hm, dn,
-                                rope ? 1 : 0, theta));
-    return SD_OK;
-}
-
-
-// The token at `pos` sees rows 0..pos, cut into *nch <= MLA_CL chunks of *cs rows (the last one
-// shorter): chunk k is rows [k·cs, min((k+1)·cs, pos+1)). A function of pos alone.
-__host__ __device__ static inline void mla_chunking(int pos, int *nch, int *cs) {
-    const int n = pos + 1, ntile = (n + MLA_TILE - 1) / MLA_TILE, tpc = (ntile + MLA_CL - 1) / MLA_CL;
-    *cs = tpc * MLA_TILE;
-    *nch = (n + *cs - 1) / *cs;
-}
-
-// Shared-memory layout of one attend block (byte offsets, 16-aligned), the same on both sides.
-struct mla_smem {
-    int wuk, wuv, qn, qp, qs, ls, qt, slot, sm, bytes;
-};
-__host__ __device__ static inline int mla_a16(int b) { return (b + 15) & ~15; }
-__host__ __device__ static inline int mla_max(int a, int b) { return a > b ? a : b; }
-__host__ __device__ static inline mla_smem mla_layout(int HG, int R, int dn, int dr, int dv, int es) {
-    const int RC = (R + MLA_CL - 1) / MLA_CL, VC = (dv + MLA_CL - 1) / MLA_CL, NGI = (dn + MLA_IG - 1) / MLA_IG;
-    mla_smem L;
-    int off = 0;
-    L.wuk = off; off += mla_a16(mla_max(HG * dn * RC * es, ATT_WARPS * HG * R * 4)); // W_UK slice, then warp states
-    L.wuv = off; off += mla_a16(HG * VC * R * es);                                   // W_UV rows
-    L.qn = off; off += mla_a16(HG * dn * 4);                                         // query nope parts
-    L.qp = off; off += mla_a16(HG * dr * 4);                                         // query rope parts
-    L.qs = off; off += mla_a16(HG * RC * 4);                                         // own q̃ columns (read by the cluster)
-    L.ls = off; off += mla_a16(HG * RC * 4);                                         // own latent columns (read by the cluster)
-    L.qt = off; off += mla_a16(mla_max(NGI * HG * RC, HG * R) * 4);                  // q̃ partials, full q̃, full latent
-    L.slot = off; off += mla_a16(HG * R * 4);                                        // own chunk's Σ e_j c_j (read by the cluster)
-    L.sm = off; off += mla_a16((2 * ATT_WARPS * HG + 2 * HG + 2 * HG * MLA_CL) * 4);  // warp m/l, chunk m/l, gathered m/l
-    L.bytes = off;
-    return L;
-}
-
-template <bool BF16> __device__ __forceinline__ float mla_ldw(const unsigned char *base, size_t i) {
-    return BF16 ? sd_dev_bf16(((const uint16_t *)base)[i]) : ((const float *)base)[i];
-}
-template <bool BF16> __device__ __forceinline__ void mla_cpw(unsigned char *dst, size_t di, const void *src, size_t si) {
-    if (BF16) ((uint16_t *)dst)[di] = ((const uint16_t *)src)[si];
-    else ((float *)dst)[di] = ((const float *)src)[si];
-}
-
-// One cluster of MLA_CL blocks per (heads h0 .. h0+HG-1, token t): grid (MLA_CL, ceil(Hm/HG), T).
-// NK = latent entries per lane (32·NK >= R). `vec`: kv_b rows and the column slices are 16-byte
-// aligned (async 16-byte copies), else element copies.
-template <int HG, int NK, bool BF16>
-static __global__ void __cluster_dims__(MLA_CL, 1, 1) __launch_bounds__(ATT_WARPS * 32, HG >= 4 ? 1 : 2)
-attend_kernel(const float *__restrict__ mq, const void *__restrict__ kvb, const float *__restrict__ c,
-              const float *__restrict__ kpe, int Hm, int dn, int dr, int dv, int R, sd_dev_pos at, int vec,
-              float *__restrict__ mo) {
-    sd_pdl_trigger(); // a cluster launch, plain: it waits for its predecessor; its successor may start early
-    namespace cg = cooperative_groups;
-    constexpr int ES = BF16 ? 2 : 4;
-    constexpr int RB0 = 32 / (NK * HG), RB = RB0 < 1 ? 1 : RB0 > 4 ? 4 : RB0; // rows a warp loads at once
-    extern __shared__ __align__(16) unsigned char smraw[];
-    cg::cluster_group cluster = cg::this_cluster();
-    const mla_smem L = mla_layout(HG, R, dn, dr, dv, ES);
-    unsigned char *wuk = smraw + L.wuk, *wuv = smraw + L.wuv;
-    float *wbuf = (float *)(smraw + L.wuk), *qn = (float *)(smraw + L.qn), *qp = (float *)(smraw + L.qp);
-    float *qs = (float *)(smraw + L.qs), *ls = (float *)(smraw + L.ls), *qt = (float *)(smraw + L.qt);
-    float *slot = (float *)(smraw + L.slot), *wm = (float *)(smraw + L.sm), *wl = wm + ATT_WARPS * HG;
-    float *slot_m = wl + ATT_WARPS * HG, *slot_l = slot_m + HG, *cm = slot_l + HG, *cl = cm + HG * MLA_CL;
-
-    const int rank = (int)cluster.block_rank();
-    const int h0 = blockIdx.y * HG, nh = min(HG, Hm - h0);
-    const int t = blockIdx.z, pos = sd_pos_read(at) + t, qw = dn + dr, hs = dn + dv;
-    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, bs = blockDim.x;
-    const int RC = (R + MLA_CL - 1) / MLA_CL, VC = (dv + MLA_CL - 1) / MLA_CL, NGI = (dn + MLA_IG - 1) / MLA_IG;
-    const int c0 = rank * RC, nc = max(0, min(RC, R - c0)); // this block's q̃ / latent columns
-    const int v0 = rank * VC, nv = max(0, min(VC, dv - v0)); // this block's output rows
-    const float *qtok = mq + (size_t)t * Hm * qw;
-
-    // 0. Weights into shared memory: W_UK columns (group 1), W_UV rows (group 2, waited at 4).
-    if (vec) {
-        const int n16 = RC * ES / 16, m16 = R * ES / 16;
-        for (int e = tid; e < nh * dn * n16; e += bs) {
-            const int q = e % n16, hi = e / n16, i = hi % dn, h = hi / dn;
-            const char *src = (const char *)kvb + ((size_t)((h0 + h) * hs + i) * R + c0) * ES + q * 16;
-            __pipeline_memcpy_async(wuk + (size_t)(h * dn + i) * RC * ES + q * 16, src, 16);
+// ---------------------------------------------------------------------------- absorb
+// Grid (ceil(R/64) [+ 1 with the cache write], Hm, T). q̃ column r of block (c0, h, t):
+// part_g = fmaf chain over i = 4g .. 4g+3 (increasing), q̃ = Σ_g part_g, g increasing. Each thread's
+// weights of its first groups are loaded before the wait (weights are never written).
+//   vec (bf16, R % 8 == 0, 16-byte aligned): thread (c8 = tid % 8, gq = tid / 8) loads 8 columns
+//        of the 4 rows of groups gq, gq+32, ... as one 16-byte load per row;
+//   else: thread (cc = tid % 64, g4 = tid / 64) loads column cc of groups g4, g4+4, ... one value
+//        at a time.
+template <bool BF16, bool VEC>
+static __global__ void __launch_bounds__(MLA_THREADS)
+absorb_kernel(float *__restrict__ mq, const void *__restrict__ kvb, int Hm, int dn, int dr, int dv, int R, sd_dev_pos at,
+              sd_mla_write wr, int fold, float *__restrict__ c, float *__restrict__ kpe, float *__restrict__ qabs) {
+    sd_pdl_trigger();
+    const int t = blockIdx.z, h = blockIdx.y, tid = threadIdx.x;
+    if (fold && (int)blockIdx.x == (int)gridDim.x - 1) { // the cache write of token t (head 0's spare block)
+        if (h != 0) return;
+        sd_pdl_wait();
+        cache_write_token(wr, t, sd_pos_read(at) + t, R, dr, c, kpe, mq, Hm, dn);
+        return;
+    }
+    __shared__ float qn[512], part[512 / MLA_IG][MLA_COLS];
+    const int c0 = blockIdx.x * MLA_COLS, hs = dn + dv, NGI = (dn + MLA_IG - 1) / MLA_IG;
+    const size_t row0 = (size_t)h * hs; // W_UK,h row i is kv_b row h·hs + i
+    if (VEC) {
+        const int c8 = tid % 8, gq = tid / 8, col = c0 + 8 * c8;
+        const bool live = col < R; // R % 8 == 0: all 8 columns or none
+        uint4 wv[MLA_IG];
+#pragma unroll
+        for (int e = 0; e < MLA_IG; e++) {
+            const int i = gq * MLA_IG + e;
+            wv[e] = live && i < dn ? __ldg((const uint4 *)((const uint16_t *)kvb + (row0 + i) * R + col)) : make_uint4(0, 0, 0, 0);
         }
-        __pipeline_commit();
-        for (int e = tid; e < nh * nv * m16; e += bs) {
-            const int q = e % m16, hv = e / m16, v = hv % nv, h = hv / nv;
-            const char *src = (const char *)kvb + (size_t)((h0 + h) * hs + dn + v0 + v) * R * ES + q * 16;
-            __pipeline_memcpy_async(wuv + (size_t)(h * VC + v) * R * ES + q * 16, src, 16);
+        sd_pdl_wait();
+        const float *qh = mq + ((size_t)t * Hm + h) * (dn + dr);
+        for (int i = tid; i < dn; i += MLA_THREADS) qn[i] = qh[i];
+        __syncthreads();
+        for (int g = gq; g < NGI; g += 32) {
+            float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int e = 0; e < MLA_IG; e++) {
+                const int i = g * MLA_IG + e;
+                if (i >= dn) break;
+                const uint4 u = g == gq ? wv[e] : (live ? __ldg((const uint4 *)((const uint16_t *)kvb + (row0 + i) * R + col))
+                                                        : make_uint4(0, 0, 0, 0));
+                float wf[8];
+                sd_widen16<true>(u, wf);
+#pragma unroll
+                for (int k = 0; k < 8; k++) acc[k] = fmaf(qn[i], wf[k], acc[k]);
+            }
+#pragma unroll
+            for (int k = 0; k < 8; k++) part[g][8 * c8 + k] = acc[k];
         }
-        __pipeline_commit();
     } else {
-        for (int e = tid; e < nh * dn * nc; e += bs) {
-            const int cc = e % nc, hi = e / nc, i = hi % dn, h = hi / dn;
-            mla_cpw<BF16>(wuk, (size_t)(h * dn + i) * RC + cc, kvb, (size_t)((h0 + h) * hs + i) * R + c0 + cc);
+        const int cc = tid % MLA_COLS, g4 = tid / MLA_COLS, r = c0 + cc;
+        const bool live = r < R;
+        float wv[MLA_PRE][MLA_IG];
+#pragma unroll
+        for (int q = 0; q < MLA_PRE; q++)
+#pragma unroll
+            for (int e = 0; e < MLA_IG; e++) {
+                const int i = (g4 + 4 * q) * MLA_IG + e;
+                wv[q][e] = live && i < dn ? mla_ldw<BF16>(kvb, (row0 + i) * R + r) : 0.0f;
+            }
+        sd_pdl_wait();
+        const float *qh = mq + ((size_t)t * Hm + h) * (dn + dr);
+        for (int i = tid; i < dn; i += MLA_THREADS) qn[i] = qh[i];
+        __syncthreads();
+        for (int g = g4, q = 0; g < NGI; g += 4, q++) {
+            float a = 0.0f;
+#pragma unroll
+            for (int e = 0; e < MLA_IG; e++) {
+                const int i = g * MLA_IG + e;
+                if (i >= dn) break;
+                float wgt = 0.0f;
+#pragma unroll
+                for (int qq = 0; qq < MLA_PRE; qq++)
+                    if (qq == q) wgt = wv[qq][e];
+                if (q >= MLA_PRE) wgt = live ? mla_ldw<BF16>(kvb, (row0 + i) * R + r) : 0.0f;
+                a = fmaf(qn[i], wgt, a);
+            }
+            part[g][cc] = a;
         }
-        for (int e = tid; e < nh * nv * R; e += bs) {
-            const int r = e % R, hv = e / R, v = hv % nv, h = hv / nv;
-            mla_cpw<BF16>(wuv, (size_t)(h * VC + v) * R + r, kvb, (size_t)((h0 + h) * hs + dn + v0 + v) * R + r);
-        }
     }
-    for (int e = tid; e < HG * dn; e += bs) {
-        const int h = e / dn, i = e % dn;
-        qn[e] = h < nh ? qtok[(size_t)(h0 + h) * qw + i] : 0.0f;
-    }
-    for (int e = tid; e < HG * dr; e += bs) {
-        const int h = e / dr, i = e % dr;
-        qp[e] = h < nh ? qtok[(size_t)(h0 + h) * qw + dn + i] : 0.0f;
-    }
-    if (vec) __pipeline_wait_prior(1);
     __syncthreads();
+    if (tid < MLA_COLS && c0 + tid < R) {
+        float s = part[0][tid];
+        for (int g = 1; g < NGI; g++) s = s + part[g][tid];
+        qabs[((size_t)t * Hm + h) * R + c0 + tid] = s;
+    }
+}
 
-    // 1. q̃ columns c0 .. c0+nc-1: partials over MLA_IG consecutive i (i increasing), then the
-    //    partials in order; the full q̃ gathered from the cluster.
-    float *part = qt;
-    for (int e = tid; e < nh * NGI * nc; e += bs) {
-        const int cc = e % nc, g = (e / nc) % NGI, h = e / (nc * NGI);
-        const int i1 = min(dn, (g + 1) * MLA_IG);
-        float s = 0.0f;
-        for (int i = g * MLA_IG; i < i1; i++) s = s + qn[h * dn + i] * mla_ldw<BF16>(wuk, (size_t)(h * dn + i) * RC + cc);
-        part[(g * HG + h) * RC + cc] = s;
+// ---------------------------------------------------------------------------- split
+// Rows [j0, j0+n) of c and kpe into shared memory (contiguous in both): async 16-byte copies when
+// vec, else plain loads (synchronous; the caller's barrier publishes either).
+__device__ __forceinline__ void split_load(float *ct, float *kt, const float *c, const float *kpe, int j0, int n, int R, int dr,
+                                           bool vec) {
+    const float *cs = c + (size_t)j0 * R, *ks = kpe + (size_t)j0 * dr;
+    if (vec) {
+        for (int e = threadIdx.x; e < n * R / 4; e += MLA_THREADS) __pipeline_memcpy_async(ct + 4 * e, cs + 4 * e, 16);
+        for (int e = threadIdx.x; e < n * dr / 4; e += MLA_THREADS) __pipeline_memcpy_async(kt + 4 * e, ks + 4 * e, 16);
+    } else {
+        for (int e = threadIdx.x; e < n * R; e += MLA_THREADS) ct[e] = cs[e];
+        for (int e = threadIdx.x; e < n * dr; e += MLA_THREADS) kt[e] = ks[e];
     }
-    __syncthreads();
-    for (int e = tid; e < nh * nc; e += bs) {
-        const int cc = e % nc, h = e / nc;
-        float s = part[h * RC + cc];
-        for (int g = 1; g < NGI; g++) s = s + part[(g * HG + h) * RC + cc];
-        qs[h * RC + cc] = s;
-    }
-    cluster.sync(); // (1) every block's q̃ columns written
-    for (int e = tid; e < HG * R; e += bs) {
-        const int h = e / R, r = e % R, src = r / RC;
-        qt[e] = h < nh ? cluster.map_shared_rank(qs, src)[h * RC + r - src * RC] : 0.0f;
-    }
-    __syncthreads();
+    __pipeline_commit();
+}
 
-    // 2. Chunk `rank` of this token's rows: a per-warp online softmax, warps merged in order.
+static size_t split_smem(int R, int dr) {
+    return sizeof(float) * (2 * (size_t)MLA_TILE * (R + dr) + 2 * MLA_HB * MLA_TILE + MLA_HB);
+}
+
+// Grid (SD_MLA_SPLIT, ceil(Hm/4), T); blocks past the token's chunk count exit. Per tile: all 8
+// warps score (warp w: head w % 4, rows 8·(w / 4) ..), warp hl updates head hl's state and writes
+// the tile's e_j and rescale factor, then every thread folds them into its latent columns.
+// part[t][h][k] = (acc[0..R), m, l). NK: latent entries per lane (32·NK >= R).
+template <int NK>
+static __global__ void __launch_bounds__(MLA_THREADS, 2)
+split_kernel(const float *__restrict__ mq, const float *__restrict__ qabs, const float *__restrict__ c,
+             const float *__restrict__ kpe, int Hm, int dn, int dr, int R, sd_dev_pos at, int vec, float *__restrict__ part) {
+    sd_pdl_enter();
+    extern __shared__ __align__(16) float sm[];
+    const int t = blockIdx.z, k = blockIdx.x, pos = sd_pos_read(at) + t;
     int nch, cs;
     mla_chunking(pos, &nch, &cs);
-    if (rank < nch) {
-        const int a = rank * cs, b = min(a + cs, pos + 1);
-        const float scale = 1.0f / sqrtf((float)(dn + dr));
-        float qreg[HG][NK], acc[HG][NK], m[HG], l[HG];
+    if (k >= nch) return;
+    const int a = k * cs, b = min(a + cs, pos + 1), ntile = (b - a + MLA_TILE - 1) / MLA_TILE;
+    float *ct = sm, *kt = ct + 2 * MLA_TILE * R, *sc = kt + 2 * MLA_TILE * dr, *es = sc + MLA_HB * MLA_TILE;
+    float *fs = es + MLA_HB * MLA_TILE;
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    split_load(ct, kt, c, kpe, a, min(MLA_TILE, b - a), R, dr, vec);
+
+    // Score role: warp w, head hl = w % 4, tile rows 8·(w / 4) .. +7.
+    const int hl = w % MLA_HB, r0 = (w / MLA_HB) * 8, h = blockIdx.y * MLA_HB + hl;
+    float qr[NK], qp[MLA_NP];
 #pragma unroll
-        for (int h = 0; h < HG; h++) {
-            m[h] = -INFINITY;
-            l[h] = 0.0f;
+    for (int i = 0; i < NK; i++) {
+        const int r = lane + 32 * i;
+        qr[i] = h < Hm && r < R ? qabs[((size_t)t * Hm + h) * R + r] : 0.0f;
+    }
 #pragma unroll
-            for (int k = 0; k < NK; k++) {
-                const int r = lane + 32 * k;
-                qreg[h][k] = r < R ? qt[h * R + r] : 0.0f;
-                acc[h][k] = 0.0f;
-            }
-        }
-        for (int j0 = a + w; j0 < b; j0 += ATT_WARPS * RB) {
-            float cv[RB][NK], s[RB][HG];
+    for (int i = 0; i < MLA_NP; i++) {
+        const int r = lane + 32 * i;
+        qp[i] = h < Hm && r < dr ? mq[((size_t)t * Hm + h) * (dn + dr) + dn + r] : 0.0f;
+    }
+    // State role (warps 0..3, head w; every lane holds the same M, L).
+    float M = -INFINITY, L = 0.0f;
+    // Accumulator role: thread tid, head ha = tid / 64, latent columns cg + 64·i.
+    constexpr int NA = (32 * NK + 63) / 64;
+    const int ha = tid / 64, cg = tid % 64, hacc = blockIdx.y * MLA_HB + ha;
+    float acc[NA];
 #pragma unroll
-            for (int u = 0; u < RB; u++) {
-                const int j = j0 + ATT_WARPS * u;
-                const float *cj = c + (size_t)j * R;
-#pragma unroll
-                for (int k = 0; k < NK; k++) {
-                    const int r = lane + 32 * k;
-                    cv[u][k] = (j < b && r < R) ? cj[r] : 0.0f;
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < RB; u++) {
-                const int j = j0 + ATT_WARPS * u;
-#pragma unroll
-                for (int h = 0; h < HG; h++) {
-                    float p = 0.0f;
-#pragma unroll
-                    for (int k = 0; k < NK; k++)
-                        if (lane + 32 * k < R) p = p + qreg[h][k] * cv[u][k];
-                    s[u][h] = p;
-                }
-                if (j < b)
-                    for (int r = lane; r < dr; r += 32) {
-                        const float kv = kpe[(size_t)j * dr + r];
-#pragma unroll
-                        for (int h = 0; h < HG; h++) s[u][h] = s[u][h] + qp[h * dr + r] * kv;
-                    }
-            }
-#pragma unroll
-            for (int u = 0; u < RB; u++)
-#pragma unroll
-                for (int h = 0; h < HG; h++) s[u][h] = sd_warp_sum(s[u][h]) * scale;
-#pragma unroll
-            for (int u = 0; u < RB; u++) {
-                if (j0 + ATT_WARPS * u >= b) break;
-#pragma unroll
-                for (int h = 0; h < HG; h++) {
-                    const float sc = s[u][h];
-                    if (sc > m[h]) {
-                        const float f = expf(m[h] - sc); // 0 for the first row (m = -inf)
-                        l[h] = l[h] * f + 1.0f;
-#pragma unroll
-                        for (int k = 0; k < NK; k++) acc[h][k] = acc[h][k] * f + cv[u][k];
-                        m[h] = sc;
-                    } else {
-                        const float e = expf(sc - m[h]);
-                        l[h] = l[h] + e;
-#pragma unroll
-                        for (int k = 0; k < NK; k++) acc[h][k] = acc[h][k] + e * cv[u][k];
-                    }
-                }
-            }
-        }
-#pragma unroll
-        for (int h = 0; h < HG; h++) {
-            if (lane == 0) { wm[w * HG + h] = m[h]; wl[w * HG + h] = l[h]; }
-#pragma unroll
-            for (int k = 0; k < NK; k++) {
-                const int r = lane + 32 * k;
-                if (r < R) wbuf[(w * HG + h) * R + r] = acc[h][k];
-            }
+    for (int i = 0; i < NA; i++) acc[i] = 0.0f;
+    const float scale = 1.0f / sqrtf((float)(dn + dr));
+
+    for (int it = 0; it < ntile; it++) {
+        const int j0 = a + it * MLA_TILE, nj = min(MLA_TILE, b - j0);
+        if (it + 1 < ntile) { // the next tile streams in while this one is used
+            const int j1 = j0 + MLA_TILE;
+            split_load(ct + ((it + 1) & 1) * MLA_TILE * R, kt + ((it + 1) & 1) * MLA_TILE * dr, c, kpe, j1,
+                       min(MLA_TILE, b - j1), R, dr, vec);
+            __pipeline_wait_prior(1);
+        } else {
+            __pipeline_wait_prior(0);
         }
         __syncthreads();
-        // Warp states in warp order (warp 0 always has the chunk's first row: M is finite).
-        for (int e = tid; e < nh * R; e += bs) {
-            const int h = e / R, r = e % R;
-            float M = -INFINITY;
-            for (int v = 0; v < ATT_WARPS; v++) M = fmaxf(M, wm[v * HG + h]);
-            float sum = 0.0f;
-            for (int v = 0; v < ATT_WARPS; v++) {
-                const float mv = wm[v * HG + h], f = mv == -INFINITY ? 0.0f : expf(mv - M);
-                sum = sum + wbuf[(v * HG + h) * R + r] * f;
+        const float *C = ct + (it & 1) * MLA_TILE * R, *KP = kt + (it & 1) * MLA_TILE * dr;
+        float s[8];
+#pragma unroll
+        for (int jj = 0; jj < 8; jj++) {
+            const int j = r0 + jj;
+            float p = 0.0f;
+            if (j < nj) {
+#pragma unroll
+                for (int i = 0; i < NK; i++)
+                    if (lane + 32 * i < R) p = fmaf(qr[i], C[j * R + lane + 32 * i], p);
+#pragma unroll
+                for (int i = 0; i < MLA_NP; i++)
+                    if (lane + 32 * i < dr) p = fmaf(qp[i], KP[j * dr + lane + 32 * i], p);
             }
-            slot[h * R + r] = sum;
+            s[jj] = p;
         }
-        if (tid < nh) {
-            const int h = tid;
-            float M = -INFINITY;
-            for (int v = 0; v < ATT_WARPS; v++) M = fmaxf(M, wm[v * HG + h]);
-            float Ls = 0.0f;
-            for (int v = 0; v < ATT_WARPS; v++) {
-                const float mv = wm[v * HG + h], f = mv == -INFINITY ? 0.0f : expf(mv - M);
-                Ls = Ls + wl[v * HG + h] * f;
-            }
-            slot_m[h] = M;
-            slot_l[h] = Ls;
+#pragma unroll
+        for (int jj = 0; jj < 8; jj++) s[jj] = sd_warp_sum(s[jj]);
+        if (lane < 8) {
+            float v = s[0];
+#pragma unroll
+            for (int jj = 1; jj < 8; jj++)
+                if (lane == jj) v = s[jj];
+            sc[hl * MLA_TILE + r0 + lane] = v * scale;
         }
+        __syncthreads();
+        if (w < MLA_HB) { // head w's state: M' = max(M, tile max), f = e^(M−M'), l = l·f + e_j (j increasing)
+            const bool in = lane < nj;
+            const float sj = in ? sc[w * MLA_TILE + lane] : -INFINITY;
+            float tm = sj;
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, o));
+            const float Mn = fmaxf(M, tm), f = M == -INFINITY ? 0.0f : expf(M - Mn), e = in ? expf(sj - Mn) : 0.0f;
+            if (lane < MLA_TILE) es[w * MLA_TILE + lane] = e;
+            if (lane == 0) fs[w] = f;
+            L = L * f;
+            for (int j = 0; j < nj; j++) L = L + __shfl_sync(0xffffffffu, e, j);
+            M = Mn;
+        }
+        __syncthreads();
+        const float f = fs[ha], *eh = es + ha * MLA_TILE;
+#pragma unroll
+        for (int i = 0; i < NA; i++) {
+            const int r = cg + 64 * i;
+            if (r >= R) break;
+            float v = acc[i] * f;
+#pragma unroll
+            for (int j = 0; j < MLA_TILE; j++)
+                if (j < nj) v = fmaf(eh[j], C[j * R + r], v);
+            acc[i] = v;
+        }
+        __syncthreads(); // this tile's buffers, scores and factors are free again
     }
-    cluster.sync(); // (2) every chunk's state written
+    if (w < MLA_HB && lane == 0 && blockIdx.y * MLA_HB + w < Hm) {
+        float *o = part + (((size_t)t * Hm + blockIdx.y * MLA_HB + w) * SD_MLA_SPLIT + k) * (R + 2);
+        o[R] = M;
+        o[R + 1] = L;
+    }
+    if (hacc >= Hm) return;
+    float *out = part + (((size_t)t * Hm + hacc) * SD_MLA_SPLIT + k) * (R + 2);
+#pragma unroll
+    for (int i = 0; i < NA; i++)
+        if (cg + 64 * i < R) out[cg + 64 * i] = acc[i];
+}
 
-    // 3. The chunks in chunk order for this block's latent columns, normalised; the full latent
-    //    gathered from the cluster (into qt: q̃ is no longer needed).
-    if (tid < nh * nch) {
-        const int h = tid / nch, k = tid % nch;
-        cm[h * MLA_CL + k] = cluster.map_shared_rank(slot_m, k)[h];
-        cl[h * MLA_CL + k] = cluster.map_shared_rank(slot_l, k)[h];
+// ---------------------------------------------------------------------------- merge
+static size_t merge_smem(int R, int es) { return ((size_t)MLA_VR * R * es + 15) / 16 * 16 + sizeof(float) * ((size_t)R + 32 + 1); }
+
+// Grid (ceil(dv/16), Hm, T).
+template <bool BF16>
+static __global__ void __launch_bounds__(MLA_THREADS)
+merge_kernel(const void *__restrict__ kvb, const float *__restrict__ part, int Hm, int dn, int dv, int R, sd_dev_pos at,
+             int vec, float *__restrict__ mo) {
+    sd_pdl_trigger();
+    constexpr int ES = BF16 ? 2 : 4;
+    extern __shared__ __align__(16) unsigned char smb[];
+    const int t = blockIdx.z, h = blockIdx.y, v0 = blockIdx.x * MLA_VR, nv = min(MLA_VR, dv - v0);
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    unsigned char *wuv = smb;
+    float *lat = (float *)(smb + ((size_t)MLA_VR * R * ES + 15) / 16 * 16), *fk = lat + R, *inv = fk + 32;
+    // This block's W_UV rows (contiguous in kv_b) into shared memory, before the wait.
+    const unsigned char *src = (const unsigned char *)kvb + (size_t)(h * (dn + dv) + dn + v0) * R * ES;
+    if (vec) {
+        for (int e = tid; e < nv * R * ES / 16; e += MLA_THREADS) __pipeline_memcpy_async(wuv + 16 * e, src + 16 * e, 16);
+        __pipeline_commit();
+    } else {
+        for (int e = tid; e < nv * R * ES; e += MLA_THREADS) wuv[e] = src[e];
+    }
+    sd_pdl_wait();
+    int nch, cs;
+    mla_chunking(sd_pos_read(at) + t, &nch, &cs);
+    const float *pb = part + ((size_t)t * Hm + h) * SD_MLA_SPLIT * (R + 2);
+    if (w == 0) { // chunk factors and 1/L: lane k holds chunk k
+        const float mk = lane < nch ? pb[(size_t)lane * (R + 2) + R] : -INFINITY;
+        const float lk = lane < nch ? pb[(size_t)lane * (R + 2) + R + 1] : 0.0f;
+        float M = mk;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+        const float f = lane < nch ? expf(mk - M) : 0.0f, lf = lk * f;
+        fk[lane] = f;
+        float Ls = 0.0f;
+        for (int k = 0; k < nch; k++) Ls = Ls + __shfl_sync(0xffffffffu, lf, k);
+        if (lane == 0) *inv = 1.0f / Ls;
     }
     __syncthreads();
-    for (int e = tid; e < nh * nc; e += bs) {
-        const int cc = e % nc, h = e / nc, r = c0 + cc;
-        float M = -INFINITY;
-        for (int k = 0; k < nch; k++) M = fmaxf(M, cm[h * MLA_CL + k]);
-        float Ls = 0.0f, sum = 0.0f;
-        for (int k = 0; k < nch; k++) {
-            const float mk = cm[h * MLA_CL + k], f = mk == -INFINITY ? 0.0f : expf(mk - M);
-            Ls = Ls + cl[h * MLA_CL + k] * f;
-            sum = sum + cluster.map_shared_rank(slot, k)[h * R + r] * f;
-        }
-        ls[h * RC + cc] = sum * (1.0f / Ls);
-    }
-    cluster.sync(); // (3) every block's latent columns written
-    for (int e = tid; e < HG * R; e += bs) {
-        const int h = e / R, r = e % R, src = r / RC;
-        if (h < nh) qt[e] = cluster.map_shared_rank(ls, src)[h * RC + r - src * RC];
+    for (int r = tid; r < R; r += MLA_THREADS) { // every chunk's value loaded before the first is used
+        float v[SD_MLA_SPLIT];
+#pragma unroll
+        for (int k = 0; k < SD_MLA_SPLIT; k++) v[k] = pb[(size_t)min(k, nch - 1) * (R + 2) + r]; // unconditional: all in flight
+        float s = 0.0f;
+#pragma unroll
+        for (int k = 0; k < SD_MLA_SPLIT; k++)
+            if (k < nch) s = fmaf(v[k], fk[k], s);
+        lat[r] = s * *inv;
     }
     if (vec) __pipeline_wait_prior(0);
-    cluster.sync(); // (4) no block reads another's shared memory after this; W_UV and the latent are in
-
-    // 4. mo[t][h][v] = W_UV,h[v] · lat for this block's rows, one warp per row.
-    float *out = mo + (size_t)t * Hm * dv;
-    for (int it = w; it < nh * nv; it += ATT_WARPS) {
-        const int h = it / nv, v = it % nv;
-        const unsigned char *wrow = wuv + (size_t)(h * VC + v) * R * ES;
+    __syncthreads();
+    float *out = mo + ((size_t)t * Hm + h) * dv + v0;
+    for (int v = w; v < nv; v += MLA_THREADS / 32) {
+        const unsigned char *row = wuv + (size_t)v * R * ES;
         float p = 0.0f;
-        for (int r = lane; r < R; r += 32) p = p + mla_ldw<BF16>(wrow, r) * qt[h * R + r];
+        for (int r = lane; r < R; r += 32) p = fmaf(mla_ldw<BF16>(row, r), lat[r], p);
         p = sd_warp_sum(p);
-        if (lane == 0) out[(size_t)(h0 + h) * dv + v0 + v] = p;
+        if (lane == 0) out[v] = p;
     }
 }
 
-// Per-device cached attributes (0: multiprocessors, 1: opt-in shared memory per block); the
-// largest dynamic shared memory each kernel instance was allowed is cached in attend_go.
-#define MLA_MAX_DEV 64
-static int mla_dev_attr(int which, cudaDeviceAttr attr) {
-    static int cache[2][MLA_MAX_DEV];
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= MLA_MAX_DEV) dev = 0;
-    if (!cache[which][dev]) {
-        int v = 0;
-        if (cudaDeviceGetAttribute(&v, attr, dev) != cudaSuccess || v <= 0) v = which ? 48 * 1024 : 1;
-        cache[which][dev] = v;
-    }
-    return cache[which][dev];
+// ---------------------------------------------------------------------------- launcher
+// The split kernel's dynamic shared memory above 48 KB.
+// Set on every call above 48 KB (a cheap host call; the instance and the device may change).
+static cudaError_t split_allow(const void *kernel, size_t smem) {
+    if (smem <= 48 * 1024) return cudaSuccess;
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
 }
 
-// Head-group override for the lab (1, 2 or 4; 0: the launcher's choice). Any value gives the same bits.
-static int g_mla_force_hg = 0;
-
-template <int HG, int NK, bool BF16>
-static sd_code attend_go(dim3 grid, size_t smem, cudaStream_t stream, const float *mq, const void *kvb, const float *c,
-                         const float *kpe, int Hm, int dn, int dr, int dv, int R, sd_dev_pos pos0, int vec, float *mo,
-                         sd_status *st) {
-    static size_t allowed[MLA_MAX_DEV];
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= MLA_MAX_DEV) dev = 0;
-    if (smem > 48 * 1024 && smem > allowed[dev]) {
-        SD_CUDA_CHECK(st, cudaFuncSetAttribute(attend_kernel<HG, NK, BF16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               (int)smem));
-        allowed[dev] = smem;
-    }
-    attend_kernel<HG, NK, BF16><<<grid, ATT_WARPS * 32, smem, stream>>>(mq, kvb, c, kpe, Hm, dn, dr, dv, R, pos0, vec, mo);
-    return SD_OK;
-}
-
-template <int HG, bool BF16>
-static sd_code attend_nk(int nk, dim3 grid, size_t smem, cudaStream_t stream, const float *mq, const void *kvb,
-                         const float *c, const float *kpe, int Hm, int dn, int dr, int dv, int R, sd_dev_pos pos0, int vec,
-                         float *mo, sd_status *st) {
-    switch (nk) {
-    case 1: return attend_go<HG, 1, BF16>(grid, smem, stream, mq, kvb, c, kpe, Hm, dn, dr, dv, R, pos0, vec, mo, st);
-    case 2: return attend_go<HG, 2, BF16>(grid, smem, stream, mq, kvb, c, kpe, Hm, dn, dr, dv, R, pos0, vec, mo, st);
-    case 4: return attend_go<HG, 4, BF16>(grid, smem, stream, mq, kvb, c, kpe, Hm, dn, dr, dv, R, pos0, vec, mo, st);
-    case 8: return attend_go<HG, 8, BF16>(grid, smem, stream, mq, kvb, c, kpe, Hm, dn, dr, dv, R, pos0, vec, mo, st);
-    default: return attend_go<HG, 16, BF16>(grid, smem, stream, mq, kvb, c, kpe, Hm, dn, dr, dv, R, pos0, vec, mo, st);
-    }
-}
-
-template <bool BF16>
-static sd_code attend_hg(int hg, int nk, dim3 grid, size_t smem, cudaStream_t stream, const float *mq, const void *kvb,
-                         const float *c, const float *kpe, int Hm, int dn, int dr, int dv, int R, sd_dev_pos pos0, int vec,
-                         float *mo, sd_status *st) {
-    switch (hg) {
-    case 4: return attend_nk<4, BF16>(nk, grid, smem, stream, mq, kvb, c, kpe, Hm, dn, dr, dv, R, pos0, vec, mo, st);
-    case 2: return attend_nk<2, BF16>(nk, grid, smem, stream, mq, kvb, c, kpe, Hm, dn, dr, dv, R, pos0, vec, mo, st);
-    default: return attend_nk<1, BF16>(nk, grid, smem, stream, mq, kvb, c, kpe, Hm, dn, dr, dv, R, pos0, vec, mo, st);
-    }
-}
-
-extern "C" sd_code sd_cuda_mla_attend(const float *mq, const sd_mat *kv_b, const float *c, const float *kpe, int T, int Hm,
-                                      int dn, int dr, int dv, int R, sd_dev_pos pos0, float *mo, cudaStream_t stream, sd_status *st) {
+extern "C" sd_code sd_cuda_mla_attend(float *mq, const sd_mat *kv_b, float *c, float *kpe, int T, int Hm, int dn, int dr,
+                                      int dv, int R, sd_dev_pos pos0, const sd_mla_write *write, float *qabs, float *part,
+                                      float *mo, cudaStream_t stream, sd_status *st) {
     SD_NVTX("sd_cuda_mla_attend");
-    if (R < 1 || R > 512) return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda mla: kv_lora_rank %d outside 1..512", R);
+    if (R < 1 || R > 32 * MLA_NK) return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda mla: kv_lora_rank %d outside 1..%d", R, 32 * MLA_NK);
+    if (dr < 0 || dr > 32 * MLA_NP) return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda mla: qk_rope_head_dim %d outside 0..%d", dr, 32 * MLA_NP);
+    if (dn < 1 || dn > 512) return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda mla: qk_nope_head_dim %d outside 1..512", dn);
     if (kv_b->dtype != SD_DT_BF16 && kv_b->dtype != SD_DT_F32)
         return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda mla: kv_b dtype %d is not F32 or BF16", (int)kv_b->dtype);
     if (T < 1) return SD_OK;
     const bool bf16 = kv_b->dtype == SD_DT_BF16;
-    const int es = bf16 ? 2 : 4, RC = (R + MLA_CL - 1) / MLA_CL;
-    const int per = (R + 31) / 32, nk = per <= 1 ? 1 : per <= 2 ? 2 : per <= 4 ? 4 : per <= 8 ? 8 : 16;
-    const int vec = R % MLA_CL == 0 && (RC * es) % 16 == 0 && ((uintptr_t)kv_b->data & 15) == 0;
-    // Head group: 1 head a cluster (bench/mla_lab: fastest of 1, 2, 4 at every ctx 512..32K and
-    // T = 1, 5 on an H200; the choice never changes the bits); smaller while the shared memory
-    // does not fit.
-    const int optin = mla_dev_attr(1, cudaDevAttrMaxSharedMemoryPerBlockOptin);
-    int hg = g_mla_force_hg;
-    if (hg != 1 && hg != 2 && hg != 4) hg = 1;
-    while (hg > 1 && mla_layout(hg, R, dn, dr, dv, es).bytes > optin) hg /= 2;
-    const size_t smem = (size_t)mla_layout(hg, R, dn, dr, dv, es).bytes;
-    if (smem > (size_t)optin)
-        return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda mla: %zu bytes of shared memory per block > %d", smem, optin);
-    const dim3 grid(MLA_CL, (Hm + hg - 1) / hg, T);
-    sd_code rc = bf16 ? attend_hg<true>(hg, nk, grid, smem, stream, mq, kv_b->data, c, kpe, Hm, dn, dr, dv, R, pos0, vec, mo, st)
-                      : attend_hg<false>(hg, nk, grid, smem, stream, mq, kv_b->data, c, kpe, Hm, dn, dr, dv, R, pos0, vec, mo, st);
-    if (rc != SD_OK) return rc;
+    const int es = bf16 ? 2 : 4;
+    const sd_mla_write none = {0};
+    const int fold = write != NULL;
+    const dim3 ga(sd_ceil_div(R, MLA_COLS) + fold, Hm, T);
+    const bool avec = bf16 && R % 8 == 0 && ((uintptr_t)kv_b->data & 15) == 0;
+    void (*absorb)(float *, const void *, int, int, int, int, int, sd_dev_pos, sd_mla_write, int, float *, float *, float *) =
+        avec ? absorb_kernel<true, true> : bf16 ? absorb_kernel<true, false> : absorb_kernel<false, false>;
+    SD_CUDA_CHECK(st, sd_launch(absorb, ga, MLA_THREADS, 0, stream, mq, kv_b->data, Hm, dn, dr, dv, R, pos0, write ? *write : none,
+                                fold, c, kpe, qabs));
+    const size_t ss = split_smem(R, dr);
+    const int vec = R % 4 == 0 && dr % 4 == 0 && ((uintptr_t)c & 15) == 0 && ((uintptr_t)kpe & 15) == 0;
+    const int per = (R + 31) / 32;
+    void (*split)(const float *, const float *, const float *, const float *, int, int, int, int, sd_dev_pos, int, float *) =
+        per <= 1 ? split_kernel<1> : per <= 2 ? split_kernel<2> : per <= 4 ? split_kernel<4> : per <= 8 ? split_kernel<8>
+                                                                                                   : split_kernel<16>;
+    SD_CUDA_CHECK(st, split_allow((const void *)split, ss));
+    SD_CUDA_CHECK(st, sd_launch(split, dim3(SD_MLA_SPLIT, sd_ceil_div(Hm, MLA_HB), T), MLA_THREADS, ss, stream, (const float *)mq,
+                                (const float *)qabs, (const float *)c, (const float *)kpe, Hm, dn, dr, R, pos0, vec, part));
+    const int mvec = ((size_t)R * es) % 16 == 0 && ((uintptr_t)kv_b->data & 15) == 0;
+    const dim3 gm(sd_ceil_div(dv, MLA_VR), Hm, T);
+    const cudaError_t e = bf16 ? sd_launch(merge_kernel<true>, gm, MLA_THREADS, merge_smem(R, es), stream, kv_b->data, (const float *)part, Hm, dn,
+                                   dv, R, pos0, mvec, mo)
+                       : sd_launch(merge_kernel<false>, gm, MLA_THREADS, merge_smem(R, es), stream, kv_b->data, (const float *)part, Hm, dn,
+                         dv, R, pos0, mvec, mo);
+    SD_CUDA_CHECK(st, e);
     SD_LAUNCH_CHECK(st);
     return SD_OK;
 }

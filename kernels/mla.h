@@ -13,23 +13,31 @@ extern "C" {
 
 // Positions come from device memory (sd_dev_pos: a state's cursor, cursor.h), read by the kernels.
 //
-// Cache write for positions pos0 .. pos0+T-1: c[pos] = rmsnorm(kv[t][0..R), kv_norm, eps),
-// kpe[pos] = kv[t][R..R+dr); with rope (mla_use_nope false) kpe[pos] and every head's rope part of
-// mq[t] (T, Hm·(dn+dr)) are rotated in place: interleaved pairs (2i, 2i+1) by the angle
-// pos·θ^(-2i/dr), computed in double on the device and rounded to float once — the CPU's formula
-// (engine/cpu/mla.c rope), evaluated with the device's double pow/cos/sin.
-sd_code sd_cuda_mla_cache_write(const float *kv, const float *kv_norm, float eps, int T, int R, int dr, sd_dev_pos pos0,
-                                float *c, float *kpe, float *mq, int Hm, int dn, bool rope, double theta,
-                                cudaStream_t stream, sd_status *st);
+// The cache write for positions pos0 .. pos0+T-1, folded into the attention's first launch:
+// c[pos] = rmsnorm(kv[t][0..R), kv_norm, eps), kpe[pos] = kv[t][R..R+dr); with rope
+// (mla_use_nope false) kpe[pos] and every head's rope part of mq[t] (T, Hm·(dn+dr)) are rotated
+// in place: interleaved pairs (2i, 2i+1) by the angle pos·θ^(-2i/dr), computed in double on the
+// device and rounded to float once — the CPU's formula (engine/cpu/mla.c rope), evaluated with the
+// device's double pow/cos/sin.
+typedef struct {
+    const float *kv;      // (T, R + dr) the kv_a projection
+    const float *kv_norm; // (R)
+    float eps;
+    bool rope;
+    double theta;
+} sd_mla_write;
 
-// Attention of the T query tokens at pos0 .. pos0+T-1 over cache rows 0 .. their own position:
+// Attention of the T query tokens at pos0 .. pos0+T-1 over cache rows 0 .. their own position
+// (after the cache write `write`, or none when NULL):
 // q̃_h = W_UK,hᵀ qn_h; score_j = (q̃_h·c_j + qp_h·kpe_j)·(dn+dr)^-0.5; softmax; lat = Σ_j p_j c_j;
-// mo[t][h] = W_UV,h · lat (dv). kv_b (Hm·(dn+dv), R), R <= 512. A flash-decoding split: one cluster
-// of 8 blocks per (head group, token), each token's rows cut into at most 8 chunks by its position
-// alone and merged in chunk order (kernels/mla.cu); needs no scratch. Bitwise the same for a token
-// alone or inside a T-token call.
-sd_code sd_cuda_mla_attend(const float *mq, const sd_mat *kv_b, const float *c, const float *kpe, int T, int Hm, int dn,
-                           int dr, int dv, int R, sd_dev_pos pos0, float *mo, cudaStream_t stream, sd_status *st);
+// mo[t][h] = W_UV,h · lat (dv). kv_b (Hm·(dn+dv), R), R <= 512, dr <= 128, dn <= 512. Three
+// launches (kernels/mla.cu): q̃ into qabs (T, Hm, R); a flash-decoding split of each token's rows
+// into at most SD_MLA_SPLIT chunks by its position alone, partials into part
+// (T, Hm, SD_MLA_SPLIT, R + 2); the chunks merged in chunk order and W_UV applied. Bitwise the
+// same for a token alone or inside a T-token call.
+sd_code sd_cuda_mla_attend(float *mq, const sd_mat *kv_b, float *c, float *kpe, int T, int Hm, int dn, int dr, int dv, int R,
+                           sd_dev_pos pos0, const sd_mla_write *write, float *qabs, float *part, float *mo,
+                           cudaStream_t stream, sd_status *st);
 
 #ifdef __cplusplus
 }

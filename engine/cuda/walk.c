@@ -14,7 +14,7 @@
 #include "kda.h"           // sd_cuda_kda_conv, _gates, _scan, _out
 #include "linear.h"        // sd_cuda_linear, sd_cuda_linear_multi
 #include "cursor.h"        // sd_pos_cursor, sd_cuda_cursor_advance
-#include "mla.h"           // sd_cuda_mla_cache_write, sd_cuda_mla_attend
+#include "mla.h"           // sd_cuda_mla_attend
 #include "moe.h"           // sd_cuda_moe_select, sd_cuda_moe_up, sd_cuda_moe_down, sd_cuda_moe_groups_host
 #include "rows.h"          // sd_cuda_embed, sd_cuda_rmsnorm
 
@@ -84,7 +84,7 @@ sd_code sd_cuda_kda_forward(sd_cuda_backend *b, const sd_kda_weights *w, const s
     return kda_mixer(b, w, c, s, layer, a, T, out, false, NULL, tb, st);
 }
 
-// MLA: q and kv_a in one launch, the cache write, the absorbed attention, o_proj.
+// MLA: q and kv_a in one launch, the cache write folded into the absorbed attention, o_proj.
 static sd_code mla_mixer(sd_cuda_backend *b, const sd_mla_weights *w, const sd_config *c, sd_state *s, int layer,
                          const float *a, int T, float *out, bool accumulate, const sd_lin_norm *norm, sd_status *st) {
     const int Hm = c->num_attention_heads, R = c->kv_lora_rank, dn = c->qk_nope_head_dim;
@@ -95,9 +95,10 @@ static sd_code mla_mixer(sd_cuda_backend *b, const sd_mla_weights *w, const sd_c
     sd_mla_state *m = &s->mla[layer];
     const sd_lin_job in[] = {job(&w->q, a, x->mq, SD_LIN_STORE), job(&w->kv_a, a, x->kv, SD_LIN_STORE)};
     TRY(first_launch(in, 2, T, norm, q, st));
-    TRY(sd_cuda_mla_cache_write(x->kv, w->kv_a_norm, c->rms_norm_eps, T, R, dr, pos0, m->c, m->kpe, x->mq, Hm, dn,
-                                !c->mla_use_nope, c->rope_theta, q, st));
-    TRY(sd_cuda_mla_attend(x->mq, &w->kv_b, m->c, m->kpe, T, Hm, dn, dr, dv, R, pos0, x->mo, q, st));
+    const sd_mla_write write = {.kv = x->kv, .kv_norm = w->kv_a_norm, .eps = c->rms_norm_eps, .rope = !c->mla_use_nope,
+                                .theta = c->rope_theta};
+    TRY(sd_cuda_mla_attend(x->mq, &w->kv_b, m->c, m->kpe, T, Hm, dn, dr, dv, R, pos0, &write, x->qabs, x->mla_part, x->mo, q,
+                           st));
     const sd_lin_job o = job(&w->o, x->mo, out, out_mode(accumulate));
     return sd_cuda_linear_multi(&o, 1, T, q, st);
 }
