@@ -2,11 +2,13 @@
 //   route:   sd_cuda_moe_route (one block per token: 8 warps score experts e ≡ warp (mod 8) with
 //            the linear.cuh dot, then one warp selects) — or, in the layer walk, the router
 //            logits come from the fused Linear launch and sd_cuda_moe_select selects for every
-//            token (one warp per token) and groups the T·K entries by expert (moe.h).
-//   select:  the CPU's rules in a warp: group scores per lane, kept groups by the CPU's
-//            take_max, then K rounds of a warp arg-max over 64-bit keys held in registers that
-//            order (value desc, index asc) — the CPU's "largest untaken, ties to the lower index"
-//            for NaN-free scores.
+//            token and groups the T·K entries by expert (moe.h) in one block.
+//   select:  the CPU's rules. Without group limits and for T·E <= 1024, one thread per (token,
+//            expert) counts the token's larger keys (a 64-bit key orders value desc, index asc —
+//            the CPU's "largest untaken, ties to the lower index" for NaN-free scores): its rank.
+//            Otherwise a warp per token: group scores per lane, kept groups by the CPU's
+//            take_max, then K rounds of a warp arg-max over the keys held in registers. The
+//            grouping ranks the T·K entries (O((T·K)²) compares, no pass over the E experts).
 //   up:      grid (Ie rows / 4, group); per expert row a warp computes the gate dot and another
 //            the up dot over all the group's tokens (linear.cuh, one weight read for the tokens),
 //            then silu(g)·u — the dense FFN's SWIGLU Linear arithmetic.
@@ -19,7 +21,9 @@
 // router's Linear launch (its last block to finish selects, after a threadfence + atomic ticket)
 // instead of a launch of its own: same bits, but the step went 3.72 -> 3.82 ms — programmatic
 // dependent launch (pdl.h) already hides the select launch, and the tail serialises behind the
-// router's slowest block.
+// router's slowest block. Also measured and not kept: down's units × D rows cut evenly across
+// every resident warp, the last unit of a row (a per-row atomic ticket) combining it — same
+// bits, same 22.9 µs at Kimi T = 1: the evenness of the split is not what bounds it.
 #include "moe.h"
 #include "linear.cuh"
 #include "linear.h"
@@ -29,7 +33,7 @@
 #define MOE_WARPS 8   // route and up: warps per block
 #define UP_RPW 2 // up: rows a warp dots at once (one x load feeds both)
 #define UP_ROWS (MOE_WARPS / 2 * UP_RPW) // up: expert rows per block (a gate warp and an up warp each 2)
-#define DOWN_WARPS 4  // down: warps per block (128 registers each: every block resident at once; 2 and 3 measured slower)
+#define DOWN_WARPS 4  // down: warps per block (2 and 3 measured slower)
 #define DOWN_ROWS 8   // down: output rows per block
 #define SEL_MAX_E 1024
 
@@ -204,75 +208,135 @@ extern "C" void sd_cuda_moe_groups_host(const int *sel, int T, int K, int E, int
     groups[0] = ng;
 }
 
-// One block: warp w routes tokens w, w+nw, ...; then the block groups the entries.
+// The block groups the n = T·K entries of sel_sh (shared memory; head: n ints of scratch) by
+// rank: entry i's place in (expert, entry) order is the count of entries before it there, and an
+// expert's group number the count of smaller experts that head a group — O(n²) compares, no pass
+// over all E experts (the layout of moe.h, as sd_cuda_moe_groups_host builds it). Starts and ends
+// with a barrier's worth of ordering: sel_sh must be complete before the call.
+__device__ static void group_entries(const int *sel_sh, int *head, const moe_layout &L, int *groups) {
+    int *gexp = L.gexp(groups), *gstart = L.gstart(groups), *ent = L.ent(groups), *ent_e = L.ent_e(groups);
+    for (int i = threadIdx.x; i < L.n; i += blockDim.x) {
+        const int e = sel_sh[i];
+        int rank = 0, first = 1;
+        for (int i2 = 0; i2 < L.n; i2++) {
+            const int e2 = sel_sh[i2];
+            rank += e2 < e || (e2 == e && i2 < i);
+            first &= !(e2 == e && i2 < i);
+        }
+        ent[rank] = i;
+        ent_e[rank] = e;
+        head[i] = first ? rank : -1; // a group's first entry: its start
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < L.n; i += blockDim.x) {
+        if (head[i] < 0) continue;
+        const int e = sel_sh[i];
+        int g = 0, last = 1;
+        for (int i2 = 0; i2 < L.n; i2++)
+            if (head[i2] >= 0) {
+                g += sel_sh[i2] < e;
+                last &= sel_sh[i2] <= e;
+            }
+        gexp[g] = e;
+        gstart[g] = head[i];
+        if (last) { // the largest expert's group closes the list
+            gstart[g + 1] = L.n;
+            groups[0] = g + 1;
+        }
+    }
+}
+
+// One block, warp w routing tokens w, w+nw, ... (route_warp; every lane's logits and biases
+// loaded at once, the biases before the wait: weights are never written), then the grouping.
 template <int NKEY>
 static __global__ void select_kernel(const float *__restrict__ logits, const float *__restrict__ bias, int T, int E, int K,
                                      int G, int topk_group, int renormalize, float scaling, int *sel, float *wts,
                                      int *__restrict__ groups) {
-    sd_pdl_enter();
+    sd_pdl_trigger();
     extern __shared__ float sm[];
     const int nw = blockDim.x >> 5, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float *s = sm + (size_t)w * (2 * E + G), *sp = s + E, *gscore = sp + E;
     unsigned char *gbytes = (unsigned char *)(sm + (size_t)nw * (2 * E + G));
     unsigned char *gtaken = gbytes + (size_t)w * G;
-    int *cnt = (int *)(gbytes + (((size_t)nw * G + 3) & ~(size_t)3)), *start = cnt + E, *sel_sh = start + E;
+    const moe_layout L(T, K, E);
+    int *sel_sh = (int *)(gbytes + (((size_t)nw * G + 3) & ~(size_t)3)), *head = sel_sh + L.n;
+    float bv[NKEY];
+#pragma unroll
+    for (int i = 0; i < NKEY; i++) bv[i] = lane + 32 * i < E ? bias[lane + 32 * i] : 0.0f;
+    sd_pdl_wait();
     for (int t = w; t < T; t += nw) {
-        for (int e = lane; e < E; e += 32) {
-            s[e] = sd_dev_sigmoid(logits[(size_t)t * E + e]);
-            sp[e] = s[e] + bias[e];
+        float lv[NKEY];
+#pragma unroll
+        for (int i = 0; i < NKEY; i++) lv[i] = lane + 32 * i < E ? logits[(size_t)t * E + lane + 32 * i] : 0.0f;
+#pragma unroll
+        for (int i = 0; i < NKEY; i++) {
+            const int e = lane + 32 * i;
+            if (e < E) {
+                s[e] = sd_dev_sigmoid(lv[i]);
+                sp[e] = s[e] + bv[i];
+            }
         }
         __syncwarp();
         route_warp<NKEY>(s, sp, gscore, gtaken, E, K, G, topk_group, renormalize, scaling, sel + (size_t)t * K, wts + (size_t)t * K);
+        if (lane < K) sel_sh[t * K + lane] = sel[(size_t)t * K + lane]; // this lane's own write
         __syncwarp();
     }
-    for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
-    __syncthreads(); // sel of every token is written
-    const moe_layout L(T, K, E);
-    for (int i = threadIdx.x; i < L.n; i += blockDim.x) {
-        sel_sh[i] = sel[i];
-        atomicAdd(&cnt[sel_sh[i]], 1);
-    }
-    __syncthreads();
-    if (w == 0) { // groups in expert order: a scan of the counts, 32 experts at a time
-        int *gexp = L.gexp(groups), *gstart = L.gstart(groups);
-        int pos = 0, ng = 0;
-        for (int e0 = 0; e0 < E; e0 += 32) {
-            const int e = e0 + lane, c = e < E ? cnt[e] : 0;
-            int v = c;
-#pragma unroll
-            for (int o = 1; o < 32; o <<= 1) {
-                const int u = __shfl_up_sync(0xffffffffu, v, o);
-                if (lane >= o) v += u;
-            }
-            const unsigned nz = __ballot_sync(0xffffffffu, c > 0);
-            if (c > 0) {
-                const int g = ng + __popc(nz & ((1u << lane) - 1u));
-                start[e] = pos + v - c;
-                gexp[g] = e;
-                gstart[g] = pos + v - c;
-            }
-            pos += __shfl_sync(0xffffffffu, v, 31);
-            ng += __popc(nz);
-        }
-        if (lane == 0) {
-            gstart[ng] = pos;
-            groups[0] = ng;
-        }
-    }
-    __syncthreads();
-    int *ent = L.ent(groups), *ent_e = L.ent_e(groups);
-    for (int i = threadIdx.x; i < L.n; i += blockDim.x) {
-        const int e = sel_sh[i];
-        int rank = 0;
-        for (int i2 = 0; i2 < i; i2++) rank += sel_sh[i2] == e;
-        ent[start[e] + rank] = i;
-        ent_e[start[e] + rank] = e;
-    }
+    __syncthreads(); // every token's selection is in sel_sh
+    group_entries(sel_sh, head, L, groups);
 }
 
 static size_t select_smem(int nw, int T, int K, int E, int G) {
     return sizeof(float) * (size_t)nw * (2 * (size_t)E + G) + (((size_t)nw * G + 3) & ~(size_t)3) +
-           sizeof(int) * (2 * (size_t)E + (size_t)T * K);
+           sizeof(int) * 2 * (size_t)T * K;
+}
+
+// No group limit (G = 1) and T·E <= 1024: one thread per (token, expert). Thread (t, e) makes
+// expert e's key — (sigmoid(logit) + bias, then the lower index) as route_warp orders them — and
+// counts the token's larger keys: that count is its rank, and the experts of rank < K are
+// route_warp's selection in route_warp's order (keys are distinct). Then w_j = s[sel_j] summed in
+// selection order, renormalised and scaled — route_warp's arithmetic — and the grouping.
+static __global__ void select_rank_kernel(const float *__restrict__ logits, const float *__restrict__ bias, int T, int E,
+                                          int K, int renormalize, float scaling, int *sel, float *wts,
+                                          int *__restrict__ groups) {
+    sd_pdl_trigger();
+    extern __shared__ __align__(8) unsigned long long key[]; // (T, E), then s (T, E) floats, then sel_sh, head
+    float *s = (float *)(key + (size_t)T * E);
+    const moe_layout L(T, K, E);
+    int *sel_sh = (int *)(s + (size_t)T * E), *head = sel_sh + L.n;
+    const int q = threadIdx.x, t = q / E, e = q - t * E;
+    const bool live = q < T * E;
+    const float b = live ? bias[e] : 0.0f;
+    sd_pdl_wait();
+    if (live) {
+        const float sv = sd_dev_sigmoid(logits[q]), sp = sv + b;
+        const uint32_t u = __float_as_uint(sp == 0.0f ? 0.0f : sp); // -0 ties +0, as in take_max
+        const uint32_t ord = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+        key[q] = (unsigned long long)ord << 32 | (uint32_t)~(uint32_t)e;
+        s[q] = sv;
+    }
+    __syncthreads();
+    if (live) {
+        const unsigned long long mine = key[q], *kt = key + (size_t)t * E;
+        int rank = 0;
+        for (int e2 = 0; e2 < E; e2++) rank += kt[e2] > mine;
+        if (rank < K) sel_sh[t * K + rank] = e;
+    }
+    __syncthreads();
+    if (live && e < K) { // thread (t, j = e): selection j of token t
+        const int j = e, *st = sel_sh + t * K;
+        float sum = 0.0f;
+        for (int j2 = 0; j2 < K; j2++) sum += s[(size_t)t * E + st[j2]];
+        float wj = s[(size_t)t * E + st[j]];
+        if (renormalize) wj = wj / sum;
+        wj = wj * scaling;
+        sel[(size_t)t * K + j] = st[j];
+        wts[(size_t)t * K + j] = wj;
+    }
+    group_entries(sel_sh, head, L, groups);
+}
+
+static size_t select_rank_smem(int T, int K, int E) {
+    return (sizeof(unsigned long long) + sizeof(float)) * (size_t)T * E + sizeof(int) * 2 * (size_t)T * K;
 }
 
 extern "C" sd_code sd_cuda_moe_select(const float *logits, const float *bias, int T, int E, int K, int G, int topk_group,
@@ -282,6 +346,11 @@ extern "C" sd_code sd_cuda_moe_select(const float *logits, const float *bias, in
     sd_code rc = route_check(E, K, G, st);
     if (rc) return rc;
     if (T < 1) return SD_OK;
+    if (G == 1 && T * E <= 1024 && select_rank_smem(T, K, E) <= 48 * 1024) {
+        SD_CUDA_CHECK(st, sd_launch(select_rank_kernel, 1, sd_ceil_div(T * E, 32) * 32, select_rank_smem(T, K, E), stream, logits,
+                                    bias, T, E, K, renormalize ? 1 : 0, scaling, sel, w, groups));
+        return SD_OK;
+    }
     int nw = T < 16 ? T : 16;
     while (nw > 1 && select_smem(nw, T, K, E, G) > 48 * 1024) nw--;
     const size_t smem = select_smem(nw, T, K, E, G);
