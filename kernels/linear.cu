@@ -10,10 +10,12 @@
 // rows, so each x load feeds two rows (the x loads from L1 are what bounds a many-token tile),
 // and so does it in a launch with the norm fused, whose every block recomputes the norm first:
 // half the blocks, half the prologues (kimi-linear KDA in-projection at T = 1: 26.8 -> 23.9 us).
-// With 4 tokens or more the sums hold the registers, so few chunks a lane are in flight: the
-// block's first thread bulk-prefetches the block's rows into L2 (linear.cuh) and the loads hit
-// L2. Order per output element: linear.cuh — independent of T, of the rows per warp and of the
-// prefetch by construction.
+// One or two tokens (BULK): the block's first thread bulk-copies the block's weight rows into
+// shared memory at once, before the wait for the predecessor and the fused norm, and the warps
+// dot them from there. With 4 tokens or more the sums hold the registers, so few chunks a lane
+// are in flight: the block's first thread bulk-prefetches the block's rows into L2 (linear.cuh)
+// and the loads hit L2. Order per output element: linear.cuh — independent of T, of the rows
+// per warp, of where the rows are read from and of the prefetch by construction.
 #include "linear.h"
 #include "linear.cuh"
 #include "rows.cuh" // sd_block_rmsnorm, SD_NORM_THREADS
@@ -22,6 +24,12 @@
 
 #define LIN_MAXJOB 8
 #define LIN_TILE 32
+// BULK: the most weight bytes a block holds in shared memory. Measured on the H200
+// (bench_gpu_e2e, kimi-linear-48b-a3b decode, one run each): off 3.233 ms, 40 KB 3.274, 80 KB
+// 3.175 (lm_head 96.6% -> 100.4% of the copy bandwidth). A persistent variant — one block per
+// multiprocessor streaming 40 KB tiles through 4 stages — was slower (3.81 ms; lm_head 74%): its
+// block-wide handoff per tile serialises the copies behind the dots.
+#define LIN_BULK_MAX (80 * 1024)
 
 typedef struct {
     const void *w, *w2;
@@ -41,60 +49,121 @@ typedef struct {
     float *nout;
     float neps;
     int nn;
+    int wt_off, bar_off; // BULK: shared-memory offsets of the weight rows and of their barrier
 } lin_params;
 
 #define LIN_NORM_SMEM (32 * 1024)
 static_assert(SD_LIN_WARPS * 32 == SD_NORM_THREADS, "the fused norm runs sd_block_rmsnorm with the Linear block");
 
+// The fused norm: a_sh (T, nn) = rows.cuh's norm of nx, as sd_cuda_rmsnorm computes it
+// (blockDim.x == SD_NORM_THREADS); block 0 writes nout. Ends with a block barrier.
+__device__ __forceinline__ void lin_norm(const lin_params &p, float *a_sh) {
+    __shared__ float red[32];
+    for (int t = 0; t < p.T; t++) sd_block_rmsnorm(p.nx + (size_t)t * p.nn, p.nw, p.nn, p.neps, a_sh + (size_t)t * p.nn, red);
+    __syncthreads();
+    if (blockIdx.x == 0)
+        for (int i = threadIdx.x; i < p.T * p.nn; i += blockDim.x) p.nout[i] = a_sh[i];
+}
+
+// Lane 0 writes the warp's outputs for `row` (and row + 1 when two rows were dotted, or the
+// SwiGLU product of the gate and up dots).
 template <int TMAX>
-static __global__ void __launch_bounds__(SD_LIN_WARPS * 32, 2) linear_kernel(const __grid_constant__ lin_params p) {
-    sd_pdl_trigger();
-    int k = 0;
-    while (k + 1 < p.n && (int)blockIdx.x >= p.s[k + 1].blk0) k++;
-    const lin_seg &s = p.s[k];
-    extern __shared__ __align__(16) float a_sh[]; // (T, nn) when the norm is fused
-    const size_t esz = s.bf16 ? 2 : 4, esz2 = s.bf16_2 ? 2 : 4, pitch = (size_t)s.cols * esz;
-    const int first = ((int)blockIdx.x - s.blk0) * SD_LIN_WARPS * s.rpw;
-    // Many tokens: few chunks a lane in flight, so stream the block's rows into L2 first. Weights
-    // are never written, so this may precede the wait for the predecessor (pdl.h).
-    if (TMAX >= 4 && threadIdx.x == 0) {
-        const int n = min(SD_LIN_WARPS * s.rpw, s.rows - first);
-        sd_prefetch_l2((const char *)s.w + (size_t)first * pitch, (size_t)n * pitch);
-        if (s.mode == SD_LIN_SWIGLU) sd_prefetch_l2((const char *)s.w2 + (size_t)first * s.cols * esz2, (size_t)n * s.cols * esz2);
-    }
-    sd_pdl_wait();
-    if (p.nn) { // rows.cuh's norm, as sd_cuda_rmsnorm computes it (blockDim.x == SD_NORM_THREADS)
-        __shared__ float red[32];
-        for (int t = 0; t < p.T; t++) sd_block_rmsnorm(p.nx + (size_t)t * p.nn, p.nw, p.nn, p.neps, a_sh + (size_t)t * p.nn, red);
-        __syncthreads();
-        if (blockIdx.x == 0)
-            for (int i = threadIdx.x; i < p.T * p.nn; i += blockDim.x) p.nout[i] = a_sh[i];
-    }
-    const int row = first + (threadIdx.x >> 5) * s.rpw;
-    if (row >= s.rows) return; // whole warp
+__device__ __forceinline__ void lin_store(const lin_seg &s, int row, bool two, int T, float (*acc)[TMAX]) {
     const bool glu = s.mode == SD_LIN_SWIGLU;
-    const void *w0 = (const char *)s.w + (size_t)row * pitch;
-    const void *w1 = glu ? (const char *)s.w2 + (size_t)row * s.cols * esz2
-                         : (s.rpw == 2 && row + 1 < s.rows ? (const char *)w0 + pitch : nullptr);
-    float acc[2][TMAX];
-#pragma unroll
-    for (int t = 0; t < TMAX; t++) acc[0][t] = acc[1][t] = 0.0f;
-    const sd_lin_rows xs = {s.x_norm ? a_sh : s.x, s.x_norm ? (size_t)p.nn : (size_t)s.ldx};
-    sd_lin_dot<TMAX>(w0, s.bf16, w1, glu ? s.bf16_2 : s.bf16, s.cols, xs, p.T, s.x_norm ? true : s.xfast, acc);
 #pragma unroll
     for (int t = 0; t < TMAX; t++) {
-        if (t >= p.T) break;
+        if (t >= T) break;
         const float v0 = sd_warp_sum(acc[0][t]);
-        const float v1 = w1 ? sd_warp_sum(acc[1][t]) : 0.0f;
+        const float v1 = two ? sd_warp_sum(acc[1][t]) : 0.0f;
         if ((threadIdx.x & 31) != 0) continue;
         float *yo = s.y + (size_t)t * s.ldy + row;
         if (glu) {
             *yo = sd_dev_silu(v0) * v1;
         } else {
             *yo = s.mode == SD_LIN_ADD ? *yo + v0 : v0;
-            if (w1) yo[1] = s.mode == SD_LIN_ADD ? yo[1] + v1 : v1;
+            if (two) yo[1] = s.mode == SD_LIN_ADD ? yo[1] + v1 : v1;
         }
     }
+}
+
+// Rows held in shared memory (BULK): the same dots as sd_lin_dot's fast path.
+template <int TMAX>
+__device__ __forceinline__ void lin_dot_shared(const char *w0, bool bf0, const char *w1, bool bf1, int cols,
+                                               const sd_lin_rows &xs, int n, float (*acc)[TMAX]) {
+    constexpr int U1 = sd_lin_unroll<TMAX>::one, U2 = sd_lin_unroll<TMAX>::two;
+    if (w1 && bf0 == bf1) {
+        const char *w[2] = {w0, w1};
+        if (bf0) sd_lin_dot_fast<TMAX, 2, true, U2, sd_lin_rows, true>(w, cols, xs, n, acc);
+        else sd_lin_dot_fast<TMAX, 2, false, U2, sd_lin_rows, true>(w, cols, xs, n, acc);
+        return;
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        if (r == 1 && !w1) break;
+        const char *w[1] = {r ? w1 : w0};
+        if (r ? bf1 : bf0) sd_lin_dot_fast<TMAX, 1, true, U1, sd_lin_rows, true>(w, cols, xs, n, acc + r);
+        else sd_lin_dot_fast<TMAX, 1, false, U1, sd_lin_rows, true>(w, cols, xs, n, acc + r);
+    }
+}
+
+// A block of SD_LIN_WARPS warps per 8·rpw rows of one job (grid: every job's blocks, blk0
+// onwards). BULK (one or two tokens; every job's rows 16-byte aligned, a block's rows within
+// LIN_BULK_MAX bytes): thread 0 bulk-copies the block's weight rows (and, for SwiGLU, its up
+// rows) into shared memory before the wait for the predecessor and before the fused norm —
+// weights are never written — so a block has all of its weight bytes in flight from its first
+// instruction, without registers; the warps dot them from there: the same chunks, order and bits
+// as the register path.
+template <int TMAX, bool BULK>
+static __global__ void __launch_bounds__(SD_LIN_WARPS * 32, TMAX <= 2 ? 4 : 2)
+linear_kernel(const __grid_constant__ lin_params p) {
+    sd_pdl_trigger();
+    int k = 0;
+    while (k + 1 < p.n && (int)blockIdx.x >= p.s[k + 1].blk0) k++;
+    const lin_seg &s = p.s[k];
+    extern __shared__ __align__(128) unsigned char lin_sm[];
+    float *a_sh = (float *)lin_sm;                    // (T, nn) when the norm is fused
+    unsigned char *wt = lin_sm + p.wt_off;            // BULK: the block's rows of w, then of w2
+    uint64_t *bar = (uint64_t *)(lin_sm + p.bar_off); // BULK: their completion
+    const bool glu = s.mode == SD_LIN_SWIGLU;
+    const size_t esz = s.bf16 ? 2 : 4, esz2 = s.bf16_2 ? 2 : 4, pitch = (size_t)s.cols * esz, pitch2 = (size_t)s.cols * esz2;
+    const int first = ((int)blockIdx.x - s.blk0) * SD_LIN_WARPS * s.rpw;
+    if (BULK && threadIdx.x == 0) {
+        const int nrow = min(SD_LIN_WARPS * s.rpw, s.rows - first);
+        const uint32_t b1 = (uint32_t)(nrow * pitch), b2 = glu ? (uint32_t)(nrow * pitch2) : 0u;
+        sd_bulk_init(bar);
+        sd_bulk_expect(bar, b1 + b2);
+        sd_bulk_copy(wt, (const char *)s.w + (size_t)first * pitch, b1, bar);
+        if (glu) sd_bulk_copy(wt + (size_t)SD_LIN_WARPS * s.rpw * pitch, (const char *)s.w2 + (size_t)first * pitch2, b2, bar);
+    }
+    // Many tokens: few chunks a lane in flight, so stream the block's rows into L2 first (also
+    // before the wait).
+    if (!BULK && TMAX >= 4 && threadIdx.x == 0) {
+        const int n = min(SD_LIN_WARPS * s.rpw, s.rows - first);
+        sd_prefetch_l2((const char *)s.w + (size_t)first * pitch, (size_t)n * pitch);
+        if (glu) sd_prefetch_l2((const char *)s.w2 + (size_t)first * pitch2, (size_t)n * pitch2);
+    }
+    sd_pdl_wait();
+    if (p.nn) lin_norm(p, a_sh);
+    else if (BULK) __syncthreads(); // the barrier is initialised before any thread waits on it
+    const int wi = (threadIdx.x >> 5) * s.rpw, row = first + wi; // the warp's first row (in the block, in the matrix)
+    if (row >= s.rows) return;                                     // whole warp
+    const bool two = glu || (s.rpw == 2 && row + 1 < s.rows);
+    float acc[2][TMAX];
+#pragma unroll
+    for (int t = 0; t < TMAX; t++) acc[0][t] = acc[1][t] = 0.0f;
+    const sd_lin_rows xs = {s.x_norm ? a_sh : s.x, s.x_norm ? (size_t)p.nn : (size_t)s.ldx};
+    if (BULK) {
+        sd_bulk_wait(bar, 0);
+        const char *w0 = (const char *)wt + (size_t)wi * pitch;
+        const char *w1 = !two ? nullptr : glu ? (const char *)wt + (size_t)SD_LIN_WARPS * s.rpw * pitch + (size_t)wi * pitch2
+                                              : w0 + pitch;
+        lin_dot_shared<TMAX>(w0, s.bf16, w1, glu ? s.bf16_2 : s.bf16, s.cols, xs, p.T, acc);
+    } else {
+        const void *w0 = (const char *)s.w + (size_t)row * pitch;
+        const void *w1 = !two ? nullptr : glu ? (const char *)s.w2 + (size_t)row * pitch2 : (const char *)w0 + pitch;
+        sd_lin_dot<TMAX>(w0, s.bf16, w1, glu ? s.bf16_2 : s.bf16, s.cols, xs, p.T, s.x_norm ? true : s.xfast, acc);
+    }
+    lin_store<TMAX>(s, row, two, p.T, acc);
 }
 
 static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
@@ -103,6 +172,31 @@ static sd_code check_mat(const sd_mat *w, sd_status *st) {
     if (w->dtype != SD_DT_BF16 && w->dtype != SD_DT_F32)
         return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda linear: weight dtype %d is not F32 or BF16", (int)w->dtype);
     return SD_OK;
+}
+
+// The rows per warp a job takes in a BULK launch (its block's rows within LIN_BULK_MAX, one
+// row a warp if two do not fit), or 0 when the job cannot be bulk-copied (alignment, x not in
+// 16-byte aligned rows, or even one row a warp too wide).
+static int bulk_rpw(const sd_lin_job *j, int rpw, bool x_norm) {
+    const bool glu = j->mode == SD_LIN_SWIGLU;
+    const size_t p1 = (size_t)j->w->cols * (j->w->dtype == SD_DT_BF16 ? 2 : 4);
+    const size_t p2 = glu ? (size_t)j->w2->cols * (j->w2->dtype == SD_DT_BF16 ? 2 : 4) : 0;
+    if (p1 % 16 || p2 % 16 || !aligned16(j->w->data) || (glu && !aligned16(j->w2->data))) return 0;
+    if (!x_norm && !(aligned16(j->x) && j->ldx % 4 == 0)) return 0;
+    for (int r = rpw; r >= 1; r--)
+        if ((size_t)SD_LIN_WARPS * r * (p1 + p2) <= LIN_BULK_MAX) return r;
+    return 0;
+}
+
+// The BULK kernels' dynamic shared memory above 48 KB, allowed once per device and size.
+static cudaError_t lin_allow(void (*kernel)(const lin_params), int slot, size_t smem) {
+    static size_t allowed[2][64];
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) dev = 0;
+    if (smem <= 48 * 1024 || smem <= allowed[slot][dev]) return cudaSuccess;
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e == cudaSuccess) allowed[slot][dev] = smem;
+    return e;
 }
 
 // One launch over jobs[0..n) (n <= LIN_MAXJOB) for tokens t0 .. t0+T-1 (norm: fused, or NULL).
@@ -117,28 +211,44 @@ static sd_code launch(const sd_lin_job *jobs, int n, int t0, int T, const sd_lin
         p.nn = norm->n;
         p.nout = norm->out;
     }
+    // BULK for one or two tokens when every job can take it.
+    bool bulk = T <= 2;
+    for (int i = 0; i < n && bulk; i++)
+        if (jobs[i].w->rows >= 1 && jobs[i].w->cols >= 1)
+            bulk = bulk_rpw(&jobs[i], !(jobs[i].mode == SD_LIN_SWIGLU) && norm ? 2 : 1, norm && jobs[i].x == norm->out) > 0;
     int blocks = 0;
+    size_t tile = 0;
     for (int i = 0; i < n; i++) {
         const sd_lin_job *j = &jobs[i];
         lin_seg *s = &p.s[p.n];
         if (j->w->rows < 1 || j->w->cols < 1) continue;
-        *s = (lin_seg){.w = j->w->data, .w2 = j->mode == SD_LIN_SWIGLU ? j->w2->data : nullptr,
+        const bool x_norm = norm && j->x == norm->out, glu = j->mode == SD_LIN_SWIGLU;
+        const int rpw0 = !glu && (T >= 3 || norm) ? 2 : 1, rpw = bulk ? bulk_rpw(j, rpw0, x_norm) : rpw0;
+        *s = (lin_seg){.w = j->w->data, .w2 = glu ? j->w2->data : nullptr,
                        .x = j->x + (size_t)t0 * j->ldx, .y = j->y + (size_t)t0 * j->ldy, .rows = j->w->rows,
                        .cols = j->w->cols, .ldx = j->ldx, .ldy = j->ldy, .mode = (int)j->mode,
-                       .bf16 = j->w->dtype == SD_DT_BF16,
-                       .bf16_2 = j->mode == SD_LIN_SWIGLU && j->w2->dtype == SD_DT_BF16,
-                       .xfast = aligned16(j->x) && j->ldx % 4 == 0, .blk0 = blocks,
-                       .rpw = j->mode != SD_LIN_SWIGLU && (T >= 3 || norm) ? 2 : 1, .x_norm = norm && j->x == norm->out};
-        blocks += sd_ceil_div(j->w->rows, SD_LIN_WARPS * s->rpw);
+                       .bf16 = j->w->dtype == SD_DT_BF16, .bf16_2 = glu && j->w2->dtype == SD_DT_BF16,
+                       .xfast = aligned16(j->x) && j->ldx % 4 == 0, .blk0 = blocks, .rpw = rpw, .x_norm = x_norm};
+        const size_t tb = (size_t)SD_LIN_WARPS * rpw * j->w->cols *
+                          ((j->w->dtype == SD_DT_BF16 ? 2 : 4) + (glu ? (j->w2->dtype == SD_DT_BF16 ? 2 : 4) : 0));
+        if (tb > tile) tile = tb;
+        blocks += sd_ceil_div(j->w->rows, SD_LIN_WARPS * rpw);
         p.n++;
     }
     if (!p.n) return SD_OK;
     p.T = T;
-    const dim3 grid(blocks), block(SD_LIN_WARPS * 32);
-    const size_t smem = norm ? sizeof(float) * (size_t)T * norm->n : 0;
-    void (*kernel)(const lin_params) = T <= 1 ? linear_kernel<1> : T <= 2 ? linear_kernel<2> : T <= 4 ? linear_kernel<4>
-                                      : T <= 8 ? linear_kernel<8> : T <= 16 ? linear_kernel<16> : linear_kernel<32>;
-    SD_CUDA_CHECK(st, sd_launch(kernel, grid, block, smem, stream, p));
+    size_t smem = norm ? sizeof(float) * (size_t)T * norm->n : 0;
+    if (bulk) {
+        p.wt_off = (int)((smem + 127) & ~(size_t)127);
+        p.bar_off = (int)(p.wt_off + tile);
+        smem = (size_t)p.bar_off + sizeof(uint64_t);
+    }
+    void (*kernel)(const lin_params) = T <= 1 ? (bulk ? linear_kernel<1, true> : linear_kernel<1, false>)
+                                      : T <= 2 ? (bulk ? linear_kernel<2, true> : linear_kernel<2, false>)
+                                      : T <= 4 ? linear_kernel<4, false> : T <= 8 ? linear_kernel<8, false>
+                                      : T <= 16 ? linear_kernel<16, false> : linear_kernel<32, false>;
+    if (bulk) SD_CUDA_CHECK(st, lin_allow(kernel, T - 1, smem));
+    SD_CUDA_CHECK(st, sd_launch(kernel, blocks, SD_LIN_WARPS * 32, smem, stream, p));
     return SD_OK;
 }
 

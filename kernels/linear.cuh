@@ -13,6 +13,7 @@
 // used (U·16 bytes in flight per lane), each weight chunk is read once and applied to every token
 // of the call; the fp32 inputs come from L1.
 #pragma once
+#include <cuda/ptx> // cp_async_bulk, mbarrier_*
 #include "common.cuh"
 
 #define SD_LIN_WARPS 8 // warps per block of the Linear kernels
@@ -26,6 +27,27 @@ __device__ __forceinline__ void sd_prefetch_l2(const void *p, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 32768) {
         const uint32_t n = (uint32_t)(bytes - o < 32768 ? bytes - o : 32768);
         asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"((const char *)p + o), "r"(n) : "memory");
+    }
+}
+
+// Weight rows into shared memory by Hopper's bulk copy (cp.async.bulk: the copy engine moves
+// them and no register holds them, so a block can keep a stream of tiles in flight), each
+// stage's completion counted on its own mbarrier. Thread 0 initialises the barriers (a block
+// barrier must follow before any thread waits), then per use of a stage: sd_bulk_expect(bar,
+// total bytes) and one sd_bulk_copy per contiguous range (16-byte aligned, sizes multiples of
+// 16); every thread waits with the use's parity (use u of a stage: u & 1).
+__device__ __forceinline__ void sd_bulk_init(uint64_t *bar) {
+    cuda::ptx::mbarrier_init(bar, 1);
+    cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
+}
+__device__ __forceinline__ void sd_bulk_expect(uint64_t *bar, uint32_t bytes) {
+    cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta, cuda::ptx::space_shared, bar, bytes);
+}
+__device__ __forceinline__ void sd_bulk_copy(void *dst, const void *src, uint32_t bytes, uint64_t *bar) {
+    cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global, dst, src, bytes, bar);
+}
+__device__ __forceinline__ void sd_bulk_wait(uint64_t *bar, uint32_t parity) {
+    while (!cuda::ptx::mbarrier_try_wait_parity(bar, parity)) {
     }
 }
 
@@ -61,7 +83,8 @@ template <int TMAX> struct sd_lin_gather {
 
 // Fast path: NW weight rows (16-byte aligned, cols a multiple of VEC) against the same n <= TMAX
 // input rows (16-byte aligned). acc[r][t] += row r · x_t, lane partials (caller folds them).
-template <int TMAX, int NW, bool BF16, int U, class X>
+// SH: the rows are in shared memory (plain loads instead of the read-only global path).
+template <int TMAX, int NW, bool BF16, int U, class X, bool SH = false>
 __device__ __forceinline__ void sd_lin_dot_fast(const char *const *w, int cols, const X &xs, int n,
                                                 float (*acc)[TMAX]) {
     constexpr int VEC = sd_lin_vec<BF16>::n;
@@ -72,7 +95,8 @@ __device__ __forceinline__ void sd_lin_dot_fast(const char *const *w, int cols, 
         for (int u = 0; u < U; u++)
 #pragma unroll
             for (int r = 0; r < NW; r++)
-                if (c0 + 32 * u < nchunk) wv[r][u] = __ldg((const uint4 *)w[r] + c0 + 32 * u);
+                if (c0 + 32 * u < nchunk)
+                    wv[r][u] = SH ? ((const uint4 *)w[r])[c0 + 32 * u] : __ldg((const uint4 *)w[r] + c0 + 32 * u);
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int c = c0 + 32 * u;
