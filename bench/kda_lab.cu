@@ -186,7 +186,8 @@ scan_pa_kernel(float *S, int n_slots, sd_dev_pos at, int T, int H, const float *
     for (int c0 = 0; c0 <= T; c0 += SC) {
         const scan_chunk ch(c0, SC, T);
         if (c0 > 0) __syncthreads(); // the last chunk's readers are done
-        scan_stage_chunk(sh.x, ch.t_lo, ch.tt_lo, ch.ntok, h, j0, P, H, qc, kc, vc, gate, beta, 1.0f / sqrtf((float)D), vec);
+        scan_stage_chunk(sh.x, ch.t_lo, ch.tt_lo, ch.ntok, h, j0, P, H, qc, kc, vc, gate, beta, 1.0f / sqrtf((float)D), nullptr,
+                         nullptr, vec);
         for (int q = 0; q < ch.n; q++) {
             const int st = c0 + q;
             float4 (*tq)[32] = sh.tq[st & 1];
@@ -468,7 +469,8 @@ static void run_version(int v, const scan_args &a, cudaStream_t stream) {
         break;
     case 2: {
         sd_status st;
-        if (sd_cuda_kda_scan(a.S, a.n_slots, sd_pos_fixed(a.n0), a.T, a.H, a.d, a.q, a.k, a.v, a.g, a.beta, a.y, stream, &st) != SD_OK) {
+        if (sd_cuda_kda_scan(a.S, a.n_slots, sd_pos_fixed(a.n0), a.T, a.H, a.d, a.q, a.k, a.v, a.g, a.beta, nullptr, nullptr, a.y, stream,
+                             &st) != SD_OK) {
             fprintf(stderr, "sd_cuda_kda_scan: %s\n", st.msg);
             exit(1);
         }
@@ -484,7 +486,7 @@ static void run_version(int v, const scan_args &a, cudaStream_t stream) {
     case 8: CK((scan_pa<128, 14, 16>(a.S, a.n_slots, sd_pos_fixed(a.n0), a.T, a.H, a.q, a.k, a.v, a.g, a.beta, a.y, true, stream))); break;
     case 9:
         scan_tile_kernel<128, 16><<<a.H * 4, 256, 0, stream>>>(a.S, a.n_slots, sd_pos_fixed(a.n0), a.T, a.H, a.q, a.k, a.v,
-                                                             a.g, a.beta, a.y, true);
+                                                             a.g, a.beta, nullptr, nullptr, a.y, true);
         break;
     }
     CK(cudaGetLastError());

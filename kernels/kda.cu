@@ -3,7 +3,8 @@
 //          call's positions from the fresh projections, earlier ones from the ring) + silu, the
 //          raw input stored into the ring, then the head's L2 norm for q and k by a fixed-order
 //          block sum.
-//   gates: elementwise.
+//   gates: applied by the scan while it stages each token (kda_gate, sigmoid for β), from the raw
+//          projections, when given A_log and dt_bias.
 //   scan:  d = 32, 64, 96, 128 (the tiled scan): a block owns 32 value columns of one head
 //          (H·d/32 blocks) and d/32 warps; warp w keeps state rows 32w .. 32w+31 of the block's
 //          columns in registers (lane = column), so each sum over the key index i is d/32 partial
@@ -24,6 +25,8 @@
 // ones from the ring, then the thread stores its own raw input into the ring row of pos. A call
 // touches T + W - 1 <= n_rows distinct positions, so no block's store lands in a row another
 // block still reads.
+#define CONV_WMAX 8 // windows up to this many taps load every tap and input at once
+
 static __global__ void conv_kernel(float *__restrict__ rows, int n_rows, const float *__restrict__ q,
                                    const float *__restrict__ k, const float *__restrict__ v, const float *__restrict__ tq,
                                    const float *__restrict__ tk, const float *__restrict__ tv, int P, int d, int W,
@@ -37,11 +40,25 @@ static __global__ void conv_kernel(float *__restrict__ rows, int n_rows, const f
     float val = 0.0f;
     if (c < d) {
         float acc = 0.0f;
-        for (int j = 0; j < W; j++) {
-            const int p = pos - (W - 1) + j;
-            if (p < 0) continue;
-            const float x = p >= pos0 ? fresh[(size_t)(p - pos0) * P + ch] : rows[(size_t)(p % n_rows) * 3 * P + (size_t)which * P + ch];
-            acc += taps[(size_t)ch * W + j] * x;
+        if (W <= CONV_WMAX) { // every tap and input loaded before the first is used
+            float tv[CONV_WMAX], xv[CONV_WMAX];
+#pragma unroll
+            for (int j = 0; j < CONV_WMAX; j++) {
+                const int p = pos - (W - 1) + j;
+                const bool in = j < W && p >= 0;
+                tv[j] = in ? taps[(size_t)ch * W + j] : 0.0f;
+                xv[j] = !in ? 0.0f : p >= pos0 ? fresh[(size_t)(p - pos0) * P + ch] : rows[(size_t)(p % n_rows) * 3 * P + (size_t)which * P + ch];
+            }
+#pragma unroll
+            for (int j = 0; j < CONV_WMAX; j++)
+                if (j < W && pos - (W - 1) + j >= 0) acc += tv[j] * xv[j];
+        } else {
+            for (int j = 0; j < W; j++) {
+                const int p = pos - (W - 1) + j;
+                if (p < 0) continue;
+                const float x = p >= pos0 ? fresh[(size_t)(p - pos0) * P + ch] : rows[(size_t)(p % n_rows) * 3 * P + (size_t)which * P + ch];
+                acc += taps[(size_t)ch * W + j] * x;
+            }
         }
         val = sd_dev_silu(acc);
         rows[(size_t)(pos % n_rows) * 3 * P + (size_t)which * P + ch] = fresh[(size_t)t * P + ch];
@@ -70,35 +87,18 @@ extern "C" sd_code sd_cuda_kda_conv(float *conv_rows, int n_rows, const float *q
     return SD_OK;
 }
 
-static __global__ void gates_kernel(float *__restrict__ gate, float *__restrict__ beta, const float *__restrict__ A_log,
-                                    const float *__restrict__ dt_bias, int T, int H, int d) {
-    sd_pdl_enter();
-    const size_t P = (size_t)H * d, ng = (size_t)T * P, n = ng + (size_t)T * H;
-    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
-        if (e < ng) {
-            const int ch = (int)(e % P);
-            gate[e] = -expf(A_log[ch / d]) * sd_dev_softplus(gate[e] + dt_bias[ch]);
-        } else {
-            beta[e - ng] = sd_dev_sigmoid(beta[e - ng]);
-        }
-    }
-}
-
-extern "C" sd_code sd_cuda_kda_gates(float *gate, float *beta, const float *A_log, const float *dt_bias, int T, int H,
-                                     int d, cudaStream_t stream, sd_status *st) {
-    SD_NVTX("sd_cuda_kda_gates");
-    if (T < 1) return SD_OK;
-    const size_t n = (size_t)T * H * d + (size_t)T * H;
-    SD_CUDA_CHECK(st, sd_launch(gates_kernel, (int)(n < 256 * 1024 ? (n + 255) / 256 : 1024), 256, 0, stream, gate, beta, A_log,
-                                dt_bias, T, H, d));
-    return SD_OK;
+// The gate and β of MODEL.md's KDA from their raw projections (the CPU's kda gates): applied by
+// the scan while it stages a token, when given the raw values (A_log non-NULL).
+__device__ __forceinline__ float kda_gate(float g, float a_log, float dt_bias) {
+    return -expf(a_log) * sd_dev_softplus(g + dt_bias);
 }
 
 // Stage token t's k, exp(g), q·scale for head h (thread j loads entry j; d threads).
 __device__ __forceinline__ void scan_stage(int j, size_t o, const float *kc, const float *gate, const float *qc,
-                                           float scale, float *ksh, float *esh, float *qsh) {
+                                           float scale, const float *A_log, const float *dt_bias, int h, int d, float *ksh,
+                                           float *esh, float *qsh) {
     ksh[j] = kc[o + j];
-    esh[j] = expf(gate[o + j]);
+    esh[j] = expf(A_log ? kda_gate(gate[o + j], A_log[h], dt_bias[h * d + j]) : gate[o + j]);
     qsh[j] = qc[o + j] * scale;
 }
 
@@ -123,7 +123,7 @@ template <int D, int SC, int NC>
 __device__ __forceinline__ void scan_stage_chunk(scan_tokens<D, SC, NC> &x, int t_lo, int tt_lo, int ntok, int h,
                                                  int j0, size_t P, int H, const float *qc, const float *kc,
                                                  const float *vc, const float *gate, const float *beta, float scale,
-                                                 bool vec) {
+                                                 const float *A_log, const float *dt_bias, bool vec) {
     const int tid = threadIdx.x, nthr = blockDim.x;
     for (int t = 0; t < ntok; t++) {
         const size_t o = (size_t)(t_lo + t) * P + (size_t)h * D;
@@ -138,9 +138,11 @@ __device__ __forceinline__ void scan_stage_chunk(scan_tokens<D, SC, NC> &x, int 
     __syncthreads();
     for (int e = tid; e < ntok * D; e += nthr) {
         const int tt = tt_lo + e / D, i = e % D;
-        x.e[tt][i] = expf(x.e[tt][i]);
+        x.e[tt][i] = expf(A_log ? kda_gate(x.e[tt][i], A_log[h], dt_bias[h * D + i]) : x.e[tt][i]);
         x.q[tt][i] = x.q[tt][i] * scale;
     }
+    if (A_log)
+        for (int t = tid; t < ntok; t += nthr) x.b[tt_lo + t] = sd_dev_sigmoid(x.b[tt_lo + t]);
     __syncthreads();
 }
 
@@ -191,7 +193,7 @@ template <int D>
 static __global__ void __launch_bounds__(D)
 scan_col_kernel(float *S, int n_slots, sd_dev_pos at, int T, int H, const float *__restrict__ qc, const float *__restrict__ kc,
                 const float *__restrict__ vc, const float *__restrict__ gate, const float *__restrict__ beta,
-                float *__restrict__ y, bool vec) {
+                const float *__restrict__ A_log, const float *__restrict__ dt_bias, float *__restrict__ y, bool vec) {
     sd_pdl_enter();
     const int n0 = sd_pos_read(at);
     constexpr int SC = 32;
@@ -206,7 +208,8 @@ scan_col_kernel(float *S, int n_slots, sd_dev_pos at, int T, int H, const float 
     for (int c0 = 0; c0 <= T; c0 += SC) {
         const scan_chunk ch(c0, SC, T);
         if (c0 > 0) __syncthreads(); // the last chunk's readers are done
-        scan_stage_chunk(sh, ch.t_lo, ch.tt_lo, ch.ntok, h, 0, P, H, qc, kc, vc, gate, beta, 1.0f / sqrtf((float)D), vec);
+        scan_stage_chunk(sh, ch.t_lo, ch.tt_lo, ch.ntok, h, 0, P, H, qc, kc, vc, gate, beta, 1.0f / sqrtf((float)D), A_log,
+                         dt_bias, vec);
         for (int q = 0; q < ch.n; q++) {
             const int st = c0 + q;
             if (st == 0) {
@@ -227,7 +230,9 @@ scan_col_kernel(float *S, int n_slots, sd_dev_pos at, int T, int H, const float 
 // Any d: the column is updated in place in each destination slot (same arithmetic as above).
 static __global__ void scan_global_kernel(float *S, int n_slots, sd_dev_pos at, int T, int H, int d, const float *__restrict__ qc,
                                           const float *__restrict__ kc, const float *__restrict__ vc,
-                                          const float *__restrict__ gate, const float *__restrict__ beta, float *__restrict__ y) {
+                                          const float *__restrict__ gate, const float *__restrict__ beta,
+                                          const float *__restrict__ A_log, const float *__restrict__ dt_bias,
+                                          float *__restrict__ y) {
     sd_pdl_enter();
     const int n0 = sd_pos_read(at);
     extern __shared__ float smem[];
@@ -237,7 +242,7 @@ static __global__ void scan_global_kernel(float *S, int n_slots, sd_dev_pos at, 
     const float scale = 1.0f / sqrtf((float)d);
     for (int t = 0; t < T; t++) {
         const size_t o = (size_t)t * P + (size_t)h * d;
-        scan_stage(j, o, kc, gate, qc, scale, ksh, esh, qsh);
+        scan_stage(j, o, kc, gate, qc, scale, A_log, dt_bias, h, d, ksh, esh, qsh);
         __syncthreads();
         const float *src = S + (size_t)((n0 + t) % n_slots) * per_slot + head;
         float *dst = S + (size_t)((n0 + t + 1) % n_slots) * per_slot + head;
@@ -247,7 +252,7 @@ static __global__ void scan_global_kernel(float *S, int n_slots, sd_dev_pos at, 
             dst[(size_t)i * d + j] = sv;
             ks += sv * ksh[i];
         }
-        const float u = beta[(size_t)t * H + h] * (vc[o + j] - ks);
+        const float bt = beta[(size_t)t * H + h], u = (A_log ? sd_dev_sigmoid(bt) : bt) * (vc[o + j] - ks);
         float acc = 0.0f;
         for (int i = 0; i < d; i++) {
             const float sv = dst[(size_t)i * d + j] + ksh[i] * u;
@@ -278,7 +283,8 @@ template <int D, int KW>
 static __global__ void __launch_bounds__(D / KW * 32)
 scan_tile_kernel(float *S, int n_slots, sd_dev_pos at, int T, int H, const float *__restrict__ qc,
                  const float *__restrict__ kc, const float *__restrict__ vc, const float *__restrict__ gate,
-                 const float *__restrict__ beta, float *__restrict__ y, bool vec) {
+                 const float *__restrict__ beta, const float *__restrict__ A_log, const float *__restrict__ dt_bias,
+                 float *__restrict__ y, bool vec) {
     sd_pdl_enter();
     using sm = scan_tile_smem<D, KW>;
     __shared__ __align__(16) sm sh;
@@ -294,7 +300,7 @@ scan_tile_kernel(float *S, int n_slots, sd_dev_pos at, int T, int H, const float
     for (int c0 = 0; c0 < T; c0 += sm::SC) {
         const int nt = min(sm::SC, T - c0);
         __syncthreads(); // the previous chunk's rows are read
-        scan_stage_chunk<D, sm::SC - 1, 32>(sh.x, c0, 0, nt, h, j0, P, H, qc, kc, vc, gate, beta, scale, vec);
+        scan_stage_chunk<D, sm::SC - 1, 32>(sh.x, c0, 0, nt, h, j0, P, H, qc, kc, vc, gate, beta, scale, A_log, dt_bias, vec);
         for (int tt = 0; tt < nt; tt++) {
             const float *k = sh.x.k[tt], *e = sh.x.e[tt], *q = sh.x.q[tt];
             float ks = 0.0f;
@@ -331,29 +337,39 @@ scan_tile_kernel(float *S, int n_slots, sd_dev_pos at, int T, int H, const float
 
 template <int D>
 static cudaError_t scan_col(float *S, int n_slots, sd_dev_pos n0, int T, int H, const float *qc, const float *kc,
-                            const float *vc, const float *gate, const float *beta, float *y, bool vec, cudaStream_t stream) {
-    return sd_launch(scan_col_kernel<D>, H, D, 0, stream, S, n_slots, n0, T, H, qc, kc, vc, gate, beta, y, vec);
+                            const float *vc, const float *gate, const float *beta, const float *A_log, const float *dt_bias,
+                            float *y, bool vec, cudaStream_t stream) {
+    return sd_launch(scan_col_kernel<D>, H, D, 0, stream, S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec);
+}
+
+template <int D>
+static cudaError_t scan_tile(float *S, int n_slots, sd_dev_pos n0, int T, int H, const float *qc, const float *kc,
+                             const float *vc, const float *gate, const float *beta, const float *A_log, const float *dt_bias,
+                             float *y, bool vec, cudaStream_t stream) {
+    return sd_launch(scan_tile_kernel<D, 32>, H * (D / 32), D, 0, stream, S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log,
+                     dt_bias, y, vec);
 }
 
 extern "C" sd_code sd_cuda_kda_scan(float *S, int n_slots, sd_dev_pos n0, int T, int H, int d, const float *qc, const float *kc,
-                                    const float *vc, const float *gate, const float *beta, float *y, cudaStream_t stream,
-                                    sd_status *st) {
+                                    const float *vc, const float *gate, const float *beta, const float *A_log,
+                                    const float *dt_bias, float *y, cudaStream_t stream, sd_status *st) {
     SD_NVTX("sd_cuda_kda_scan");
     if (d < 1 || d > 1024) return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda kda: head_dim %d outside 1..1024", d);
     if (T < 1) return SD_OK;
     if (T >= n_slots) return sd_fail(st, SD_ERR_USAGE, "cuda kda scan: %d tokens need more than %d state slots", T, n_slots);
+    if (!A_log != !dt_bias) return sd_fail(st, SD_ERR_USAGE, "cuda kda scan: A_log and dt_bias come together");
     const bool vec = (((uintptr_t)qc | (uintptr_t)kc | (uintptr_t)gate) & 15) == 0;
     cudaError_t e;
     switch (d) {
-    case 8: e = scan_col<8>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, y, vec, stream); break;
-    case 16: e = scan_col<16>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, y, vec, stream); break;
-    case 32: e = sd_launch(scan_tile_kernel<32, 32>, H, 32, 0, stream, S, n_slots, n0, T, H, qc, kc, vc, gate, beta, y, vec); break;
-    case 64: e = sd_launch(scan_tile_kernel<64, 32>, H * 2, 64, 0, stream, S, n_slots, n0, T, H, qc, kc, vc, gate, beta, y, vec); break;
-    case 96: e = sd_launch(scan_tile_kernel<96, 32>, H * 3, 96, 0, stream, S, n_slots, n0, T, H, qc, kc, vc, gate, beta, y, vec); break;
-    case 128: e = sd_launch(scan_tile_kernel<128, 32>, H * 4, 128, 0, stream, S, n_slots, n0, T, H, qc, kc, vc, gate, beta, y, vec); break;
+    case 8: e = scan_col<8>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, stream); break;
+    case 16: e = scan_col<16>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, stream); break;
+    case 32: e = scan_tile<32>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, stream); break;
+    case 64: e = scan_tile<64>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, stream); break;
+    case 96: e = scan_tile<96>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, stream); break;
+    case 128: e = scan_tile<128>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, stream); break;
     default:
         e = sd_launch(scan_global_kernel, H, d, 3 * (size_t)d * sizeof(float), stream, S, n_slots, n0, T, H, d, qc, kc, vc, gate,
-                      beta, y);
+                      beta, A_log, dt_bias, y);
     }
     SD_CUDA_CHECK(st, e);
     return SD_OK;

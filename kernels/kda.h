@@ -1,5 +1,5 @@
 // kda.h — Kimi Delta Attention on the GPU (MODEL.md "KDA"; the CPU op: engine/cpu/kda.c), in the
-// four steps the layer walk calls around its Linears. Every pointer is device memory; positions
+// three steps the layer walk calls around its Linears. Every pointer is device memory; positions
 // and slots follow engine/state.h.
 #pragma once
 #include <cuda_runtime_api.h> // cudaStream_t
@@ -20,20 +20,19 @@ sd_code sd_cuda_kda_conv(float *conv_rows, int n_rows, const float *q, const flo
                          const float *q_conv, const float *k_conv, const float *v_conv, int T, int H, int d, int W,
                          sd_dev_pos pos0, float *qc, float *kc, float *vc, cudaStream_t stream, sd_status *st);
 
-// (b) In place: gate (T, P) ← -exp(A_log[h]) · softplus(gate + dt_bias), beta (T, H) ← sigmoid(beta).
-sd_code sd_cuda_kda_gates(float *gate, float *beta, const float *A_log, const float *dt_bias, int T, int H, int d,
-                          cudaStream_t stream, sd_status *st);
-
-// (c) The recurrence over T tokens: reads the state after n0 tokens from slot n0 % n_slots of S
+// (b) The recurrence over T tokens: reads the state after n0 tokens from slot n0 % n_slots of S
 // (n_slots × H × d × d, fp32, S[slot][h][i][j]) and writes slots n0+1 .. n0+T; y (T, P) gets
 // o_h = S_hᵀ(q_h · d^-0.5). Each sum over the key index i has an order fixed by d alone
 // (kernels/kda.cu: partial chains per 32 keys at d = 32..128), whatever T is: verify ≡ decode
-// bit for bit; against the CPU's single chain it differs by rounding.
+// bit for bit; against the CPU's single chain it differs by rounding. With A_log (H) and dt_bias
+// (P), gate and beta are the raw projections and the scan applies the gates as it reads them:
+// g = -exp(A_log[h]) · softplus(gate + dt_bias), β = sigmoid(beta) (the CPU's formulas); with
+// both NULL they are final.
 sd_code sd_cuda_kda_scan(float *S, int n_slots, sd_dev_pos n0, int T, int H, int d, const float *qc, const float *kc,
-                         const float *vc, const float *gate, const float *beta, float *y, cudaStream_t stream,
-                         sd_status *st);
+                         const float *vc, const float *gate, const float *beta, const float *A_log, const float *dt_bias,
+                         float *y, cudaStream_t stream, sd_status *st);
 
-// (d) In place: y_h ← rmsnorm(y_h, o_norm, eps) ⊙ sigmoid(gb_h) per (token, head); y, gb (T, P).
+// (c) In place: y_h ← rmsnorm(y_h, o_norm, eps) ⊙ sigmoid(gb_h) per (token, head); y, gb (T, P).
 sd_code sd_cuda_kda_out(float *y, const float *gb, const float *o_norm, float eps, int T, int H, int d,
                         cudaStream_t stream, sd_status *st);
 

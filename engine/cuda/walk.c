@@ -11,7 +11,7 @@
 #include "nvtx.h"          // TRACE_RANGE_PUSH, TRACE_RANGE_POP
 #include "cuda_internal.h" // sd_cuda_state_is_ours
 #include "cuda_layers.h"   // sd_cuda_kda_forward, sd_cuda_mla_forward, sd_cuda_moe_forward
-#include "kda.h"           // sd_cuda_kda_conv, _gates, _scan, _out
+#include "kda.h"           // sd_cuda_kda_conv, _scan, _out
 #include "linear.h"        // sd_cuda_linear, sd_cuda_linear_multi
 #include "cursor.h"        // sd_pos_cursor, sd_cuda_cursor_advance
 #include "mla.h"           // sd_cuda_mla_attend
@@ -51,7 +51,8 @@ static sd_code first_launch(const sd_lin_job *jobs, int n, int T, const sd_lin_n
 }
 
 // KDA: the six projections of a in one launch (q, k, v, f_a, b, g_a), conv, the two low-rank
-// second halves in one launch (f_b, g_b), gates, the recurrence, the gated norm, o_proj.
+// second halves in one launch (f_b, g_b), the recurrence (gates applied as it reads them), the
+// gated norm, o_proj.
 static sd_code kda_mixer(sd_cuda_backend *b, const sd_kda_weights *w, const sd_config *c, sd_state *s, int layer,
                          const float *a, int T, float *out, bool accumulate, const sd_lin_norm *norm, trace_burst *tb,
                          sd_status *st) {
@@ -67,11 +68,11 @@ static sd_code kda_mixer(sd_cuda_backend *b, const sd_kda_weights *w, const sd_c
                          d, W, pos0, x->qc, x->kc, x->vc, q, st));
     const sd_lin_job low[] = {job(&w->f_b, x->fa, x->gate, SD_LIN_STORE), job(&w->g_b, x->ga, x->gb, SD_LIN_STORE)};
     TRY(sd_cuda_linear_multi(low, 2, T, q, st));
-    // Gates: g = -exp(A_log) · softplus(f_b·(f_a·a) + dt_bias), β = sigmoid(b·a).
-    TRY(sd_cuda_kda_gates(x->gate, x->beta, w->A_log, w->dt_bias, T, H, d, q, st));
-    // The recurrence: state slots pos0+1 .. pos0+T.
+    // The recurrence (state slots pos0+1 .. pos0+T), applying the gates as it reads them:
+    // g = -exp(A_log) · softplus(f_b·(f_a·a) + dt_bias), β = sigmoid(b·a).
     uint64_t t_scan = bucket_start(b, tb);
-    TRY(sd_cuda_kda_scan(s->kda[layer].S, s->max_T + 1, pos0, T, H, d, x->qc, x->kc, x->vc, x->gate, x->beta, x->y, q, st));
+    TRY(sd_cuda_kda_scan(s->kda[layer].S, s->max_T + 1, pos0, T, H, d, x->qc, x->kc, x->vc, x->gate, x->beta, w->A_log,
+                         w->dt_bias, x->y, q, st));
     bucket_stop(b, tb, TRACE_BUCKET_SCAN, t_scan);
     // Output: rmsnorm(o_h, o_norm) ⊙ sigmoid(g_b·(g_a·a)), then o_proj.
     TRY(sd_cuda_kda_out(x->y, x->gb, w->o_norm, c->rms_norm_eps, T, H, d, q, st));
