@@ -282,7 +282,7 @@ int main(int argc, char **argv) {
     {
         cudaFuncAttributes fa, fs, fm;
         CK(cudaFuncGetAttributes(&fa, absorb_kernel<true, true>));
-        CK(cudaFuncGetAttributes(&fs, split_kernel<16>));
+        CK(cudaFuncGetAttributes(&fs, split_kernel<16, 512, 64>));
         CK(cudaFuncGetAttributes(&fm, merge_kernel<true>));
         printf("  registers: absorb %d, split %d, merge %d; split %zu B shared/block\n", fa.numRegs, fs.numRegs, fm.numRegs,
                split_smem(RR, DR));

@@ -201,10 +201,14 @@ static size_t split_smem(int R, int dr) {
 // warps score (warp w: head w % 4, rows 8·(w / 4) ..), warp hl updates head hl's state and writes
 // the tile's e_j and rescale factor, then every thread folds them into its latent columns.
 // part[t][h][k] = (acc[0..R), m, l). NK: latent entries per lane (32·NK >= R).
-template <int NK>
+template <int NK, int RX, int DRX>
 static __global__ void __launch_bounds__(MLA_THREADS, 2)
 split_kernel(const float *__restrict__ mq, const float *__restrict__ qabs, const float *__restrict__ c,
-             const float *__restrict__ kpe, int Hm, int dn, int dr, int R, sd_dev_pos at, int vec, float *__restrict__ part) {
+             const float *__restrict__ kpe, int Hm, int dn, int dr_, int R_, sd_dev_pos at, int vec, float *__restrict__ part) {
+    // RX, DRX: R and dr known at compile time (0: read at run time) — Kimi's 512 and 64 fold the
+    // bounds checks and the shared-memory strides into the instructions.
+    const int R = RX ? RX : R_, dr = DRX ? DRX : dr_;
+    constexpr int NP = DRX ? (DRX + 31) / 32 : MLA_NP;
     sd_pdl_enter();
     extern __shared__ __align__(16) float sm[];
     const int t = blockIdx.z, k = blockIdx.x, pos = sd_pos_read(at) + t;
@@ -219,14 +223,14 @@ split_kernel(const float *__restrict__ mq, const float *__restrict__ qabs, const
 
     // Score role: warp w, head hl = w % 4, tile rows 8·(w / 4) .. +7.
     const int hl = w % MLA_HB, r0 = (w / MLA_HB) * 8, h = blockIdx.y * MLA_HB + hl;
-    float qr[NK], qp[MLA_NP];
+    float qr[NK], qp[NP];
 #pragma unroll
     for (int i = 0; i < NK; i++) {
         const int r = lane + 32 * i;
         qr[i] = h < Hm && r < R ? qabs[((size_t)t * Hm + h) * R + r] : 0.0f;
     }
 #pragma unroll
-    for (int i = 0; i < MLA_NP; i++) {
+    for (int i = 0; i < NP; i++) {
         const int r = lane + 32 * i;
         qp[i] = h < Hm && r < dr ? mq[((size_t)t * Hm + h) * (dn + dr) + dn + r] : 0.0f;
     }
@@ -262,7 +266,7 @@ split_kernel(const float *__restrict__ mq, const float *__restrict__ qabs, const
                 for (int i = 0; i < NK; i++)
                     if (lane + 32 * i < R) p = fmaf(qr[i], C[j * R + lane + 32 * i], p);
 #pragma unroll
-                for (int i = 0; i < MLA_NP; i++)
+                for (int i = 0; i < NP; i++)
                     if (lane + 32 * i < dr) p = fmaf(qp[i], KP[j * dr + lane + 32 * i], p);
             }
             s[jj] = p;
@@ -410,8 +414,12 @@ extern "C" sd_code sd_cuda_mla_attend(float *mq, const sd_mat *kv_b, float *c, f
     const int vec = R % 4 == 0 && dr % 4 == 0 && ((uintptr_t)c & 15) == 0 && ((uintptr_t)kpe & 15) == 0;
     const int per = (R + 31) / 32;
     void (*split)(const float *, const float *, const float *, const float *, int, int, int, int, sd_dev_pos, int, float *) =
-        per <= 1 ? split_kernel<1> : per <= 2 ? split_kernel<2> : per <= 4 ? split_kernel<4> : per <= 8 ? split_kernel<8>
-                                                                                                   : split_kernel<16>;
+        R == 512 && dr == 64 ? split_kernel<16, 512, 64>
+        : per <= 1           ? split_kernel<1, 0, 0>
+        : per <= 2           ? split_kernel<2, 0, 0>
+        : per <= 4           ? split_kernel<4, 0, 0>
+        : per <= 8           ? split_kernel<8, 0, 0>
+                             : split_kernel<16, 0, 0>;
     SD_CUDA_CHECK(st, split_allow((const void *)split, ss));
     SD_CUDA_CHECK(st, sd_launch(split, dim3(SD_MLA_SPLIT, sd_ceil_div(Hm, MLA_HB), T), MLA_THREADS, ss, stream, (const float *)mq,
                                 (const float *)qabs, (const float *)c, (const float *)kpe, Hm, dn, dr, R, pos0, vec, part));
