@@ -11,7 +11,8 @@
 //            grouping ranks the T·K entries (O((T·K)²) compares, no pass over the E experts).
 //   up:      grid (Ie rows / 4, group); per expert row a warp computes the gate dot and another
 //            the up dot over all the group's tokens (linear.cuh, one weight read for the tokens),
-//            then silu(g)·u — the dense FFN's SWIGLU Linear arithmetic.
+//            then silu(g)·u — the dense FFN's SWIGLU Linear arithmetic. From two tokens up the
+//            block's rows are bulk-copied into shared memory first (BULK below).
 //   down:    a block owns 8 output rows; its warps share out the units (a routed entry, or the
 //            shared expert of one token) and dot each unit's 8 contiguous weight rows against the
 //            unit's one activation row (exp_out[t·K+j][o]); then, on combine, out[t][o] =
@@ -36,6 +37,7 @@
 #define DOWN_WARPS 4  // down: warps per block (2 and 3 measured slower)
 #define DOWN_ROWS 8   // down: output rows per block
 #define SEL_MAX_E 1024
+#define UP_BULK_MAX (80 * 1024) // up, BULK: the most shared memory a block's gate and up rows take
 
 // The CPU's take_max: the largest untaken v[i], ties to the lower index.
 __device__ static int take_max(const float *v, int n, const unsigned char *taken) {
@@ -382,11 +384,16 @@ typedef struct {
 // Block: UP_ROWS rows r0.. of the group's expert; warp 2i computes gate rows r0+2i and r0+2i+1,
 // warp 2i+1 the same up rows, over the group's tokens (both rows' chunks in flight per lane);
 // then the block writes silu(g)·u — the SWIGLU Linear's arithmetic on the same two dots.
-template <int TMAX>
-static __global__ void __launch_bounds__(MOE_WARPS * 32, 2)
+// BULK (bf16 experts, 16-byte aligned rows and inputs): once the block knows its expert, thread 0
+// bulk-copies its UP_ROWS gate and up rows into shared memory (linear.cuh) — every weight byte
+// of the block in flight at once, no registers holding them — and the warps dot them from there
+// (the same chunks, order and bits); other experts take the register path.
+template <int TMAX, bool BULK>
+static __global__ void __launch_bounds__(MOE_WARPS * 32, BULK && TMAX <= 2 ? 3 : 2)
 moe_up_kernel(const __grid_constant__ moe_params p, int g_lo, int ent_lo, int ent_hi) {
     sd_pdl_enter();
     __shared__ float gu[2][UP_ROWS][TMAX];
+    extern __shared__ __align__(128) unsigned char up_sm[]; // BULK: UP_ROWS gate rows, UP_ROWS up rows, the barrier
     const int g = g_lo + (int)blockIdx.y;
     if (g >= p.groups[0]) return; // whole block
     const moe_layout L(p.T, p.K, p.E);
@@ -397,9 +404,22 @@ moe_up_kernel(const __grid_constant__ moe_params p, int g_lo, int ent_lo, int en
     const int warp = threadIdx.x >> 5, half = warp & 1, i = (warp >> 1) * UP_RPW, r = blockIdx.x * UP_ROWS + i;
     const bool live = r < p.Ie; // warp-uniform
     const bool bf = half ? ex.up_bf16 : ex.gate_bf16;
-    const size_t pitch = (size_t)p.D * (bf ? 2 : 4);
-    const char *wrow = (const char *)(half ? ex.up : ex.gate) + (size_t)(live ? r : 0) * pitch;
+    const size_t pitch = (size_t)p.D * (bf ? 2 : 4), pb = (size_t)p.D * 2;
+    const bool bulk = BULK && ex.gate_bf16 && ex.up_bf16 && p.xfast && pb % 16 == 0 && ((uintptr_t)ex.gate & 15) == 0 &&
+                      ((uintptr_t)ex.up & 15) == 0; // block-uniform
+    uint64_t *bar = (uint64_t *)(up_sm + 2 * UP_ROWS * pb);
+    if (bulk && threadIdx.x == 0) {
+        const int r0 = blockIdx.x * UP_ROWS, nrow = min(UP_ROWS, p.Ie - r0);
+        sd_bulk_init(bar);
+        sd_bulk_expect(bar, (uint32_t)(2 * nrow * pb));
+        sd_bulk_copy(up_sm, (const char *)ex.gate + (size_t)r0 * pb, (uint32_t)(nrow * pb), bar);
+        sd_bulk_copy(up_sm + UP_ROWS * pb, (const char *)ex.up + (size_t)r0 * pb, (uint32_t)(nrow * pb), bar);
+    }
+    if (BULK) __syncthreads(); // the barrier is initialised before any thread waits on it
+    const char *wrow = bulk ? (const char *)up_sm + (half ? UP_ROWS * pb : 0) + (size_t)i * pb
+                            : (const char *)(half ? ex.up : ex.gate) + (size_t)(live ? r : 0) * pitch;
     const char *wrow1 = live && r + 1 < p.Ie ? wrow + pitch : nullptr; // UP_RPW = 2: the next row
+    if (bulk && live) sd_bulk_wait(bar, 0);
     for (int q = p0; q < p1; q += TMAX) {
         const int n = min(TMAX, p1 - q);
         sd_lin_gather<TMAX> xs;
@@ -410,11 +430,21 @@ moe_up_kernel(const __grid_constant__ moe_params p, int g_lo, int ent_lo, int en
         float acc[UP_RPW][TMAX];
 #pragma unroll
         for (int t = 0; t < TMAX; t++) acc[0][t] = acc[1][t] = 0.0f;
-        // One token: 10 chunks a lane in flight (5 of each row: a 2560-wide bf16 row pair at once)
-        // within 128 registers; two rows a warp halve the blocks, so the group lookups that start
-        // each block are paid half as often.
-        constexpr int U = TMAX == 1 ? 10 : sd_lin_unroll<TMAX>::one, U2 = TMAX == 1 ? 5 : sd_lin_unroll<TMAX>::two;
-        if (live) sd_lin_dot<TMAX, sd_lin_gather<TMAX>, U, U2>(wrow, bf, wrow1, bf, p.D, xs, n, p.xfast, acc);
+        if (bulk) {
+            if (live) {
+                const char *w[2] = {wrow, wrow1 ? wrow1 : wrow};
+                if (wrow1) sd_lin_dot_fast<TMAX, 2, true, sd_lin_unroll<TMAX>::two, sd_lin_gather<TMAX>, true>(w, p.D, xs, n, acc);
+                else sd_lin_dot_fast<TMAX, 1, true, sd_lin_unroll<TMAX>::one, sd_lin_gather<TMAX>, true>(w, p.D, xs, n, acc);
+            }
+        } else {
+            // One token: 10 chunks a lane in flight (5 of each row: a 2560-wide bf16 row pair at
+            // once) within 128 registers; two rows a warp halve the blocks, so the group lookups
+            // that start each block are paid half as often. (The BULK instance's fallback keeps
+            // the default depth, within its register budget.)
+            constexpr int U = TMAX == 1 && !BULK ? 10 : sd_lin_unroll<TMAX>::one;
+            constexpr int U2 = TMAX == 1 && !BULK ? 5 : sd_lin_unroll<TMAX>::two;
+            if (live) sd_lin_dot<TMAX, sd_lin_gather<TMAX>, U, U2>(wrow, bf, wrow1, bf, p.D, xs, n, p.xfast, acc);
+        }
 #pragma unroll
         for (int t = 0; t < TMAX; t++) {
             if (t >= n) break;
@@ -556,12 +586,21 @@ extern "C" sd_code sd_cuda_moe_up(const sd_cuda_moe_args *a, int g_lo, int g_hi,
     const moe_params p = params_of(a);
     const dim3 grid(sd_ceil_div(a->Ie, UP_ROWS), g_hi - g_lo), block(MOE_WARPS * 32);
     cudaError_t e;
+    // BULK from two tokens up when a block's bf16 rows fit (2 · UP_ROWS · D · 2 bytes; experts of
+    // other dtypes take the register path inside it). Measured (moe_lab, Kimi dims, one run): T=1
+    // 26.0 -> 27.1 µs (the register path's 10 chunks a lane stay), T=2 50.5 -> 46.0, T=5 114.6
+    // -> 107.0, T=9 186.5 -> 185.2.
+    const size_t smem = 2 * UP_ROWS * (size_t)a->D * 2 + sizeof(uint64_t);
+    const bool bulk = a->T >= 2 && (a->D * 2) % 16 == 0 && smem <= UP_BULK_MAX;
+    void (*k)(const moe_params, int, int, int);
     switch (tile_of(a->T)) {
-    case 1: e = sd_launch(moe_up_kernel<1>, grid, block, 0, stream, p, g_lo, ent_lo, ent_hi); break;
-    case 2: e = sd_launch(moe_up_kernel<2>, grid, block, 0, stream, p, g_lo, ent_lo, ent_hi); break;
-    case 4: e = sd_launch(moe_up_kernel<4>, grid, block, 0, stream, p, g_lo, ent_lo, ent_hi); break;
-    default: e = sd_launch(moe_up_kernel<8>, grid, block, 0, stream, p, g_lo, ent_lo, ent_hi); break;
+    case 1: k = moe_up_kernel<1, false>; break;
+    case 2: k = bulk ? moe_up_kernel<2, true> : moe_up_kernel<2, false>; break;
+    case 4: k = bulk ? moe_up_kernel<4, true> : moe_up_kernel<4, false>; break;
+    default: k = bulk ? moe_up_kernel<8, true> : moe_up_kernel<8, false>; break;
     }
+    if (bulk && smem > 48 * 1024) SD_CUDA_CHECK(st, cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    e = sd_launch(k, grid, block, bulk ? smem : 0, stream, p, g_lo, ent_lo, ent_hi);
     SD_CUDA_CHECK(st, e);
     return SD_OK;
 }
