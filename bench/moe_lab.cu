@@ -19,8 +19,10 @@
 //      shared expert's down and the combine. Four launches, no host sync, capturable. walk.c
 //      runs up/down in passes when its FFN scratch holds fewer than T·K activation rows; at
 //      these dims it holds max_T·9216 / 1024 = 9·max_T >= 8·T rows: one pass, as here.
-//      Timed whole, and by pieces (events between the launches): router+shared up, select,
-//      experts up, down+combine.
+//      The shared expert's gate+up rides in the up launch for 1-2 tokens (its blocks overlap
+//      the selection) and in the router's launch from 3 tokens, as in walk.c. Timed whole, and
+//      by pieces (events between the launches): router (+ shared), select, experts up
+//      (+ shared), down+combine.
 //   2  the eager arm: the same first two launches, then the host reads sel/w back (pinned,
 //      stream drained), groups the entries (sd_cuda_moe_groups_host), uploads the grouping and
 //      launches up and down once per selected expert, then the combine alone: 2 + 2·distinct + 1
@@ -232,6 +234,9 @@ static void poison(const lab_scratch &s, cudaStream_t q) {
 // ---------------------------------------------------------------------------------------------
 // The versions: walk.c moe_block on x (T, D) into s.out. marks (5 events, or NULL) are recorded
 // around version 1's four launches.
+// walk.c's MOE_SHARED_IN_UP_MAX_T: the shared expert's gate+up in the up launch for 1-2 tokens.
+static bool shared_in_up(int T) { return T <= 2; }
+
 static void route_part(const lab_model &m, const lab_scratch &s, const float *x, int T, cudaStream_t q,
                        cudaEvent_t *marks) {
     sd_lin_job in[2];
@@ -240,7 +245,7 @@ static void route_part(const lab_model &m, const lab_scratch &s, const float *x,
     in[1].w = &m.d_sh_gate; in[1].w2 = &m.d_sh_up; in[1].x = x; in[1].ldx = D; in[1].y = s.hs; in[1].ldy = IE;
     in[1].mode = SD_LIN_SWIGLU;
     if (marks) CK(cudaEventRecord(marks[0], q));
-    OKS(sd_cuda_linear_multi(in, 2, T, q, &st_));
+    OKS(sd_cuda_linear_multi(in, shared_in_up(T) ? 1 : 2, T, q, &st_)); // walk.c: the shared expert here from 3 tokens
     if (marks) CK(cudaEventRecord(marks[1], q));
     OKS(sd_cuda_moe_select(s.logits, m.d_bias, T, E, K, 1, 1, true, SCALING, s.sel, s.w, s.groups, q, &st_));
     if (marks) CK(cudaEventRecord(marks[2], q));
@@ -252,7 +257,9 @@ static sd_cuda_moe_args args_of(const lab_model &m, const lab_scratch &s, const 
     a.table = m.d_table; a.groups = s.groups;
     a.T = T; a.K = K; a.E = E; a.D = D; a.Ie = IE;
     a.x = x; a.w = s.w; a.h = s.h; a.exp_out = s.exp_out;
-    a.shared_down = &m.d_sh_down; a.hs = s.hs; a.ld_hs = IE; a.shared_out = s.shared_out;
+    a.shared_down = &m.d_sh_down;
+    if (shared_in_up(T)) a.shared_gate = &m.d_sh_gate, a.shared_up = &m.d_sh_up;
+    a.hs = s.hs; a.ld_hs = IE; a.shared_out = s.shared_out;
     a.out = s.out; a.accumulate = false;
     return a;
 }
@@ -265,7 +272,7 @@ static void moe1(const lab_model &m, const lab_scratch &s, const float *x, int T
     const int per_pass = MAXT * std::max(I_DENSE, IE) / IE;
     for (int lo = 0; lo < n_ent; lo += per_pass) {
         const int hi = n_ent - lo < per_pass ? n_ent : lo + per_pass;
-        OKS(sd_cuda_moe_up(&a, 0, gc, lo, hi, q, &st_));
+        OKS(sd_cuda_moe_up(&a, 0, gc, lo, hi, lo == 0, q, &st_)); // the shared expert with the first pass
         if (marks) CK(cudaEventRecord(marks[3], q));
         OKS(sd_cuda_moe_down(&a, lo, hi, hi == n_ent, q, &st_));
     }
@@ -284,9 +291,10 @@ static void moe2(const lab_model &m, const lab_scratch &s, const float *x, int T
     CK(cudaMemcpyAsync(s.groups, groups.data(), n_int * sizeof(int), cudaMemcpyHostToDevice, q)); // pageable: staged
     const int n_ent = T * K, gc = std::min(n_ent, E), *gstart = groups.data() + 1 + gc;
     for (int g = 0; g < groups[0]; g++) {
-        OKS(sd_cuda_moe_up(&a, g, g + 1, gstart[g], gstart[g + 1], q, &st_));
+        OKS(sd_cuda_moe_up(&a, g, g + 1, gstart[g], gstart[g + 1], false, q, &st_));
         OKS(sd_cuda_moe_down(&a, gstart[g], gstart[g + 1], false, q, &st_));
     }
+    OKS(sd_cuda_moe_up(&a, 0, 0, 0, 0, true, q, &st_)); // the shared expert
     OKS(sd_cuda_moe_down(&a, 0, 0, true, q, &st_));
 }
 
@@ -566,7 +574,7 @@ int main() {
 
     printf("\n%s\n", fails ? "moe_lab: CHECKS FAILED" : "moe_lab: all checks passed");
     printf("\nMoE block, µs (median, L2 flushed, %d input sets × %d reps). v1 = device table, v2 = eager; v1 pieces: "
-           "router+shared up | select | experts up | down+combine. GB/s = bytes / v1 time, %% of copy %.0f GB/s\n",
+           "router (+shared, T>=3) | select | experts up (+shared, T<=2) | down+combine. GB/s = bytes / v1 time, %% of copy %.0f GB/s\n",
            NSETS, REPS, copy);
     printf("%2s %8s %8s | %8s %8s %6s | %7s %7s %7s %7s | %7s %6s\n", "T", "distinct", "MB", "v1", "v2", "v2/v1",
            "route", "select", "up", "down", "GB/s", "% copy");

@@ -2,15 +2,17 @@
 //   route:   sd_cuda_moe_route (one block per token: 8 warps score experts e ≡ warp (mod 8) with
 //            the linear.cuh dot, then one warp selects) — or, in the layer walk, the router
 //            logits come from the fused Linear launch and sd_cuda_moe_select selects for every
-//            token and groups the T·K entries by expert (moe.h) in one block.
+//            token and groups the T·K entries by expert (moe.h) in one block; it lets its
+//            successor start only after its own wait, so the up launch's shared-expert blocks
+//            (which read only x) run during the selection.
 //   select:  the CPU's rules. Without group limits and for T·E <= 1024, one thread per (token,
 //            expert) counts the token's larger keys (a 64-bit key orders value desc, index asc —
 //            the CPU's "largest untaken, ties to the lower index" for NaN-free scores): its rank.
 //            Otherwise a warp per token: group scores per lane, kept groups by the CPU's
 //            take_max, then K rounds of a warp arg-max over the keys held in registers. The
 //            grouping ranks the T·K entries (O((T·K)²) compares, no pass over the E experts).
-//   up:      grid (Ie rows / 4, group); per expert row a warp computes the gate dot and another
-//            the up dot over all the group's tokens (linear.cuh, one weight read for the tokens),
+//   up:      grid (Ie rows / 8, group [+ one row of blocks for the shared expert]); per expert
+//            row a warp computes the gate dot and another the up dot over all the group's tokens (linear.cuh, one weight read for the tokens),
 //            then silu(g)·u — the dense FFN's SWIGLU Linear arithmetic. From two tokens up the
 //            block's rows are bulk-copied into shared memory first (BULK below).
 //   down:    a block owns 8 output rows; its warps share out the units (a routed entry, or the
@@ -256,7 +258,6 @@ template <int NKEY>
 static __global__ void select_kernel(const float *__restrict__ logits, const float *__restrict__ bias, int T, int E, int K,
                                      int G, int topk_group, int renormalize, float scaling, int *sel, float *wts,
                                      int *__restrict__ groups) {
-    sd_pdl_trigger();
     extern __shared__ float sm[];
     const int nw = blockDim.x >> 5, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float *s = sm + (size_t)w * (2 * E + G), *sp = s + E, *gscore = sp + E;
@@ -268,6 +269,7 @@ static __global__ void select_kernel(const float *__restrict__ logits, const flo
 #pragma unroll
     for (int i = 0; i < NKEY; i++) bv[i] = lane + 32 * i < E ? bias[lane + 32 * i] : 0.0f;
     sd_pdl_wait();
+    sd_pdl_trigger(); // only now: the up launch's shared-expert blocks read the router launch's output (moe.h)
     for (int t = w; t < T; t += nw) {
         float lv[NKEY];
 #pragma unroll
@@ -302,7 +304,6 @@ static size_t select_smem(int nw, int T, int K, int E, int G) {
 static __global__ void select_rank_kernel(const float *__restrict__ logits, const float *__restrict__ bias, int T, int E,
                                           int K, int renormalize, float scaling, int *sel, float *wts,
                                           int *__restrict__ groups) {
-    sd_pdl_trigger();
     extern __shared__ __align__(8) unsigned long long key[]; // (T, E), then s (T, E) floats, then sel_sh, head
     float *s = (float *)(key + (size_t)T * E);
     const moe_layout L(T, K, E);
@@ -311,6 +312,7 @@ static __global__ void select_rank_kernel(const float *__restrict__ logits, cons
     const bool live = q < T * E;
     const float b = live ? bias[e] : 0.0f;
     sd_pdl_wait();
+    sd_pdl_trigger(); // only now: the up launch's shared-expert blocks read the router launch's output (moe.h)
     if (live) {
         const float sv = sd_dev_sigmoid(logits[q]), sp = sv + b;
         const uint32_t u = __float_as_uint(sp == 0.0f ? 0.0f : sp); // -0 ties +0, as in take_max
@@ -375,9 +377,11 @@ typedef struct {
     int T, K, E, D, Ie;
     const float *x, *w;
     float *h, *exp_out;
+    const void *sgw, *suw; // shared gate and up (s_rows, D), or NULL: the up launch does not compute hs
+    int sg_bf16, su_bf16, s_rows;
     const void *sdw; // shared down (D, sd_cols) or NULL
     int sd_bf16, sd_cols;
-    const float *hs;
+    float *hs;
     int ld_hs;
     float *shared_out, *out;
     int accumulate, xfast;
@@ -392,26 +396,38 @@ typedef struct {
 // (the same chunks, order and bits); other experts take the register path.
 template <int TMAX, bool BULK>
 static __global__ void __launch_bounds__(MOE_WARPS * 32, BULK && TMAX <= 2 ? 3 : 2)
-moe_up_kernel(const __grid_constant__ moe_params p, int g_lo, int ent_lo, int ent_hi) {
-    sd_pdl_enter();
+moe_up_kernel(const __grid_constant__ moe_params p, int g_lo, int ent_lo, int ent_hi, int with_shared) {
+    sd_pdl_trigger();
     __shared__ float gu[2][UP_ROWS][TMAX];
     extern __shared__ __align__(128) unsigned char up_sm[]; // BULK: UP_ROWS gate rows, UP_ROWS up rows, the barrier
-    const int g = g_lo + (int)blockIdx.y;
-    if (g >= p.groups[0]) return; // whole block
+    // The last row of blocks, when with_shared: the shared expert's hs for every token. It reads
+    // only x, written before the selection's launch let this one start: no wait (moe.h).
+    const bool shared = with_shared && (int)blockIdx.y == (int)gridDim.y - 1;
     const moe_layout L(p.T, p.K, p.E);
-    const int *gstart = L.gstart(p.groups), *ent = L.ent(p.groups);
-    const int p0 = max(gstart[g], ent_lo), p1 = min(gstart[g + 1], ent_hi);
-    if (p0 >= p1) return;
-    const sd_cuda_expert ex = p.table[L.gexp(p.groups)[g]];
+    const int *ent = L.ent(p.groups);
+    int p0 = 0, p1 = p.T, rows = p.s_rows;
+    sd_cuda_expert ex = {p.sgw, p.suw, nullptr, p.sg_bf16, p.su_bf16, 0};
+    if (!shared) {
+        sd_pdl_wait();
+        const int g = g_lo + (int)blockIdx.y;
+        if (g >= p.groups[0]) return; // whole block
+        const int *gstart = L.gstart(p.groups);
+        p0 = max(gstart[g], ent_lo);
+        p1 = min(gstart[g + 1], ent_hi);
+        if (p0 >= p1) return;
+        ex = p.table[L.gexp(p.groups)[g]];
+        rows = p.Ie;
+    }
+    if ((int)blockIdx.x * UP_ROWS >= rows) return; // whole block (the grid covers the larger of Ie and s_rows)
     const int warp = threadIdx.x >> 5, half = warp & 1, i = (warp >> 1) * UP_RPW, r = blockIdx.x * UP_ROWS + i;
-    const bool live = r < p.Ie; // warp-uniform
+    const bool live = r < rows; // warp-uniform
     const bool bf = half ? ex.up_bf16 : ex.gate_bf16;
     const size_t pitch = (size_t)p.D * (bf ? 2 : 4), pb = (size_t)p.D * 2;
     const bool bulk = BULK && ex.gate_bf16 && ex.up_bf16 && p.xfast && pb % 16 == 0 && ((uintptr_t)ex.gate & 15) == 0 &&
                       ((uintptr_t)ex.up & 15) == 0; // block-uniform
     uint64_t *bar = (uint64_t *)(up_sm + 2 * UP_ROWS * pb);
     if (bulk && threadIdx.x == 0) {
-        const int r0 = blockIdx.x * UP_ROWS, nrow = min(UP_ROWS, p.Ie - r0);
+        const int r0 = blockIdx.x * UP_ROWS, nrow = min(UP_ROWS, rows - r0);
         sd_bulk_init(bar);
         sd_bulk_expect(bar, (uint32_t)(2 * nrow * pb));
         sd_bulk_copy(up_sm, (const char *)ex.gate + (size_t)r0 * pb, (uint32_t)(nrow * pb), bar);
@@ -420,7 +436,7 @@ moe_up_kernel(const __grid_constant__ moe_params p, int g_lo, int ent_lo, int en
     if (BULK) __syncthreads(); // the barrier is initialised before any thread waits on it
     const char *wrow = bulk ? (const char *)up_sm + (half ? UP_ROWS * pb : 0) + (size_t)i * pb
                             : (const char *)(half ? ex.up : ex.gate) + (size_t)(live ? r : 0) * pitch;
-    const char *wrow1 = live && r + 1 < p.Ie ? wrow + pitch : nullptr; // UP_RPW = 2: the next row
+    const char *wrow1 = live && r + 1 < rows ? wrow + pitch : nullptr; // UP_RPW = 2: the next row
     if (bulk && live) sd_bulk_wait(bar, 0);
     for (int q = p0; q < p1; q += TMAX) {
         const int n = min(TMAX, p1 - q);
@@ -428,7 +444,7 @@ moe_up_kernel(const __grid_constant__ moe_params p, int g_lo, int ent_lo, int en
         xs.x = p.x;
         xs.ld = (size_t)p.D;
 #pragma unroll
-        for (int t = 0; t < TMAX; t++) xs.idx[t] = t < n ? ent[q + t] / p.K : 0;
+        for (int t = 0; t < TMAX; t++) xs.idx[t] = t >= n ? 0 : shared ? q + t : ent[q + t] / p.K;
         float acc[UP_RPW][TMAX];
 #pragma unroll
         for (int t = 0; t < TMAX; t++) acc[0][t] = acc[1][t] = 0.0f;
@@ -459,7 +475,8 @@ moe_up_kernel(const __grid_constant__ moe_params p, int g_lo, int ent_lo, int en
         __syncthreads();
         if (threadIdx.x < UP_ROWS * TMAX) {
             const int ii = threadIdx.x / TMAX, t = threadIdx.x % TMAX, rr = blockIdx.x * UP_ROWS + ii;
-            if (t < n && rr < p.Ie) p.h[(size_t)(q + t - ent_lo) * p.Ie + rr] = sd_dev_silu(gu[0][ii][t]) * gu[1][ii][t];
+            float *dst = shared ? p.hs + (size_t)(q + t) * p.ld_hs + rr : p.h + (size_t)(q + t - ent_lo) * p.Ie + rr;
+            if (t < n && rr < rows) *dst = sd_dev_silu(gu[0][ii][t]) * gu[1][ii][t];
         }
         __syncthreads();
     }
@@ -572,6 +589,13 @@ static moe_params params_of(const sd_cuda_moe_args *a) {
         p.sd_bf16 = a->shared_down->dtype == SD_DT_BF16;
         p.sd_cols = a->shared_down->cols;
     }
+    if (a->shared_gate && a->shared_up) {
+        p.sgw = a->shared_gate->data;
+        p.suw = a->shared_up->data;
+        p.sg_bf16 = a->shared_gate->dtype == SD_DT_BF16;
+        p.su_bf16 = a->shared_up->dtype == SD_DT_BF16;
+        p.s_rows = a->shared_gate->rows;
+    }
     p.hs = a->hs; p.ld_hs = a->ld_hs; p.shared_out = a->shared_out; p.out = a->out;
     p.accumulate = a->accumulate;
     p.xfast = aligned16(a->x) && a->D % 4 == 0;
@@ -581,12 +605,22 @@ static moe_params params_of(const sd_cuda_moe_args *a) {
 // Tokens per tile of the expert kernels (a group holds at most T tokens; larger groups loop).
 static int tile_of(int T) { return T <= 1 ? 1 : T <= 2 ? 2 : T <= 4 ? 4 : 8; }
 
-extern "C" sd_code sd_cuda_moe_up(const sd_cuda_moe_args *a, int g_lo, int g_hi, int ent_lo, int ent_hi,
+extern "C" sd_code sd_cuda_moe_up(const sd_cuda_moe_args *a, int g_lo, int g_hi, int ent_lo, int ent_hi, bool shared,
                                   cudaStream_t stream, sd_status *st) {
     SD_NVTX("sd_cuda_moe_up");
-    if (a->T < 1 || g_hi <= g_lo || ent_hi <= ent_lo) return SD_OK;
+    shared = shared && a->shared_gate && a->shared_up;
+    if (shared && (a->shared_gate->dtype != SD_DT_BF16 && a->shared_gate->dtype != SD_DT_F32))
+        return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda moe: shared gate dtype %d", (int)a->shared_gate->dtype);
+    if (shared && (a->shared_up->dtype != SD_DT_BF16 && a->shared_up->dtype != SD_DT_F32))
+        return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda moe: shared up dtype %d", (int)a->shared_up->dtype);
+    if (shared && (a->shared_up->rows != a->shared_gate->rows || a->shared_gate->cols != a->D || a->shared_up->cols != a->D))
+        return sd_fail(st, SD_ERR_USAGE, "cuda moe: shared gate %dx%d and up %dx%d against D %d", a->shared_gate->rows,
+                       a->shared_gate->cols, a->shared_up->rows, a->shared_up->cols, a->D);
+    if (a->T < 1 || ((g_hi <= g_lo || ent_hi <= ent_lo) && !shared)) return SD_OK;
     const moe_params p = params_of(a);
-    const dim3 grid(sd_ceil_div(a->Ie, UP_ROWS), g_hi - g_lo), block(MOE_WARPS * 32);
+    const int routed = g_hi > g_lo && ent_hi > ent_lo ? g_hi - g_lo : 0;
+    const int rows = shared && a->shared_gate->rows > a->Ie ? a->shared_gate->rows : a->Ie;
+    const dim3 grid(sd_ceil_div(rows, UP_ROWS), routed + (shared ? 1 : 0)), block(MOE_WARPS * 32);
     cudaError_t e;
     // BULK from two tokens up when a block's bf16 rows fit (2 · UP_ROWS · D · 2 bytes; experts of
     // other dtypes take the register path inside it). Measured (moe_lab, Kimi dims, one run): T=1
@@ -594,7 +628,7 @@ extern "C" sd_code sd_cuda_moe_up(const sd_cuda_moe_args *a, int g_lo, int g_hi,
     // -> 107.0, T=9 186.5 -> 185.2.
     const size_t smem = 2 * UP_ROWS * (size_t)a->D * 2 + sizeof(uint64_t);
     const bool bulk = a->T >= 2 && (a->D * 2) % 16 == 0 && smem <= UP_BULK_MAX;
-    void (*k)(const moe_params, int, int, int);
+    void (*k)(const moe_params, int, int, int, int);
     switch (tile_of(a->T)) {
     case 1: k = moe_up_kernel<1, false>; break;
     case 2: k = bulk ? moe_up_kernel<2, true> : moe_up_kernel<2, false>; break;
@@ -602,7 +636,7 @@ extern "C" sd_code sd_cuda_moe_up(const sd_cuda_moe_args *a, int g_lo, int g_hi,
     default: k = bulk ? moe_up_kernel<8, true> : moe_up_kernel<8, false>; break;
     }
     if (bulk && smem > 48 * 1024) SD_CUDA_CHECK(st, cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    e = sd_launch(k, grid, block, bulk ? smem : 0, stream, p, g_lo, ent_lo, ent_hi);
+    e = sd_launch(k, grid, block, bulk ? smem : 0, stream, p, g_lo, ent_lo, ent_hi, shared ? 1 : 0);
     SD_CUDA_CHECK(st, e);
     return SD_OK;
 }

@@ -56,7 +56,9 @@ typedef struct {
     float *h;                    // routed activations silu(gate·x)·(up·x): entry p in row p - ent_lo
     float *exp_out;              // (T, K, D) routed expert outputs, entry t·K+j
     const sd_mat *shared_down;   // (D, S·Ie), or NULL: no shared expert
-    const float *hs;             // (T, ld_hs) shared activations (silu(gate·x)·(up·x))
+    const sd_mat *shared_gate;   // (S·Ie, D) with shared_up: sd_cuda_moe_up computes hs too; NULL: hs
+    const sd_mat *shared_up;     //   is computed elsewhere
+    float *hs;                   // (T, ld_hs) shared activations (silu(gate·x)·(up·x))
     int ld_hs;
     float *shared_out;           // (T, D) scratch: the shared expert's output
     float *out;                  // (T, D)
@@ -64,9 +66,13 @@ typedef struct {
 } sd_cuda_moe_args;
 
 // Activations of the entries ent_lo .. ent_hi-1 of groups g_lo .. g_hi-1 (clipped to the
-// grouping's count on the device): h row (p - ent_lo) = silu(gate_e·x_t)·(up_e·x_t).
-sd_code sd_cuda_moe_up(const sd_cuda_moe_args *a, int g_lo, int g_hi, int ent_lo, int ent_hi, cudaStream_t stream,
-                       sd_status *st);
+// grouping's count on the device): h row (p - ent_lo) = silu(gate_e·x_t)·(up_e·x_t). With
+// `shared` (and a->shared_gate, a->shared_up), the same launch also writes the shared expert's
+// hs[t] = silu(gate_s·x_t)·(up_s·x_t) for every token, in blocks that do not wait for the
+// selection: they read only x, so they run while the selection does — its launch must let its
+// successor start only after its own wait (pdl.h), which sd_cuda_moe_select's does.
+sd_code sd_cuda_moe_up(const sd_cuda_moe_args *a, int g_lo, int g_hi, int ent_lo, int ent_hi, bool shared,
+                       cudaStream_t stream, sd_status *st);
 // exp_out of entries ent_lo .. ent_hi-1 (down_e · h row); then, when combine: the shared expert
 // (down_shared · hs_t) and out[t] (=, or +=) Σ_j w[t·K+j]·exp_out[t·K+j] (j from 0) + shared[t]
 // — the CPU's order. Entries of earlier launches must already be in exp_out.

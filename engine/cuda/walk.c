@@ -169,28 +169,35 @@ static sd_code moe_experts_eager(sd_cuda_backend *b, sd_state *s, const sd_cuda_
     const int n_ent = T * K, gc = n_ent < E ? n_ent : E, *gstart = groups + 1 + gc;
     sd_code rc = e == cudaSuccess ? SD_OK : sd_fail(st, SD_ERR_SYS, "cuda moe: grouping upload: %s", cudaGetErrorString(e));
     for (int g = 0; !rc && g < groups[0]; g++) { // h row 0 is the group's first entry
-        rc = sd_cuda_moe_up(ma, g, g + 1, gstart[g], gstart[g + 1], b->stream, st);
+        rc = sd_cuda_moe_up(ma, g, g + 1, gstart[g], gstart[g + 1], false, b->stream, st);
         if (!rc) rc = sd_cuda_moe_down(ma, gstart[g], gstart[g + 1], false, b->stream, st);
     }
+    if (!rc) rc = sd_cuda_moe_up(ma, 0, 0, 0, 0, true, b->stream, st); // the shared expert's activations
     if (rc) return rc;
     return sd_cuda_moe_down(ma, 0, 0, true, b->stream, st);
 }
 
-// MoE block: the router logits and the shared expert's gate+up+silu in one launch, then the
-// selection (sel, w and the grouping), the routed experts and the combine (+ the residual add).
+// MoE block: the router logits (the norm fused), then the selection (sel, w and the grouping),
+// the routed experts, and the down projections with the combine (+ the residual add). The shared
+// expert's gate+up+silu rides in the up launch for one or two tokens — its blocks run while the
+// selection does (sd_cuda_moe_up) — and in the router's launch from three tokens up, where the
+// router alone is too few blocks (same bits either way: linear.cuh's dots, silu(g)·u). Measured
+// on the H200 (kimi-linear-48b-a3b): decode 3.113 -> 3.025 ms; verify T=5 in the up launch
+// 9.79 -> 10.24 ms, hence the split.
+#define MOE_SHARED_IN_UP_MAX_T 2
 static sd_code moe_block(sd_cuda_backend *b, const sd_moe_weights *w, const sd_config *c, sd_state *s, int layer,
                          const float *xin, int T, float *out, bool accumulate, const sd_lin_norm *norm, sd_status *st) {
     const int E = c->num_experts, K = c->num_experts_per_token, D = c->hidden_size, Ie = c->moe_intermediate_size;
     cudaStream_t q = b->stream;
     sd_scratch *x = &s->scratch;
     const sd_mat router = {.dtype = SD_DT_F32, .rows = E, .cols = D, .data = w->router};
-    const bool shared = c->num_shared_experts > 0;
+    const bool shared = c->num_shared_experts > 0, shared_in_up = shared && T <= MOE_SHARED_IN_UP_MAX_T;
     sd_lin_job in[2] = {job(&router, xin, x->router, SD_LIN_STORE)};
-    if (shared) {
+    if (shared && !shared_in_up) {
         in[1] = job(&w->shared.gate, xin, x->ffn_h2, SD_LIN_SWIGLU);
         in[1].w2 = &w->shared.up;
     }
-    TRY(first_launch(in, shared ? 2 : 1, T, norm, q, st));
+    TRY(first_launch(in, shared && !shared_in_up ? 2 : 1, T, norm, q, st));
     // The grouping lives in the gather scratch xg (T·D floats), unused otherwise.
     if (sd_cuda_moe_groups_ints(T, K, E) > (size_t)T * D)
         return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda moe: the expert grouping of %d tokens needs %zu ints > %d", T,
@@ -200,7 +207,10 @@ static sd_code moe_block(sd_cuda_backend *b, const sd_moe_weights *w, const sd_c
                            c->routed_scaling_factor, x->sel, x->w, groups, q, st));
     sd_cuda_moe_args ma = {.table = b->experts + (size_t)(layer - c->first_k_dense_replace) * E, .groups = groups,
                            .T = T, .K = K, .E = E, .D = D, .Ie = Ie, .x = xin, .w = x->w, .h = x->ffn_h1,
-                           .exp_out = x->exp_out, .shared_down = shared ? &w->shared.down : NULL, .hs = x->ffn_h2,
+                           .exp_out = x->exp_out, .shared_down = shared ? &w->shared.down : NULL,
+                           .shared_gate = shared_in_up ? &w->shared.gate : NULL,
+                           .shared_up = shared_in_up ? &w->shared.up : NULL,
+                           .hs = x->ffn_h2,
                            .ld_hs = shared ? w->shared.gate.rows : 0, .shared_out = x->yg, .out = out,
                            .accumulate = accumulate};
     if (b->moe_arm == SD_CUDA_MOE_EAGER) return moe_experts_eager(b, s, &ma, st);
@@ -210,7 +220,7 @@ static sd_code moe_block(sd_cuda_backend *b, const sd_moe_weights *w, const sd_c
     if (per_pass < 1) return sd_fail(st, SD_ERR_USAGE, "cuda moe: FFN scratch below one expert row");
     for (int lo = 0; lo < n_ent; lo += per_pass) {
         const int hi = n_ent - lo < per_pass ? n_ent : lo + per_pass;
-        TRY(sd_cuda_moe_up(&ma, 0, gc, lo, hi, q, st));
+        TRY(sd_cuda_moe_up(&ma, 0, gc, lo, hi, lo == 0, q, st)); // the shared expert with the first pass
         TRY(sd_cuda_moe_down(&ma, lo, hi, hi == n_ent, q, st));
     }
     return SD_OK;
