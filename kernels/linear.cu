@@ -37,7 +37,8 @@ typedef struct {
     float *y;
     int rows, cols, ldx, ldy, mode, bf16, bf16_2, xfast, blk0;
     int rpw;   // weight rows per warp: 2 for STORE/ADD jobs from 3 tokens up (x loads shared by both),
-               // and for those of a launch with the norm fused (half the blocks: half the norm prologues)
+               // and for those of a launch with the norm fused (half the blocks: half the norm
+               // prologues) — 1 in a BULK launch where two would pass LIN_BULK_MAX
     int x_norm; // x is the fused norm's output: read the block's shared copy
 } lin_seg;
 
