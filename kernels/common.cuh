@@ -46,6 +46,31 @@ static inline cudaError_t sd_launch(void (*kernel)(KArgs...), dim3 grid, dim3 bl
     return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 
+// Lets `kernel` take `smem` bytes of dynamic shared memory (the opt-in above 48 KB): the runtime
+// is asked once per kernel, device and larger size, not on every launch (a cache per
+// translation unit, for the kernels it launches).
+static inline cudaError_t sd_allow_smem(const void *kernel, size_t smem) {
+    if (smem <= 48 * 1024) return cudaSuccess;
+    struct grant {
+        const void *kernel;
+        int dev;
+        size_t bytes;
+    };
+    static grant seen[32];
+    static int n_seen;
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) dev = -1;
+    grant *g = nullptr;
+    for (int i = 0; i < n_seen && !g; i++)
+        if (seen[i].kernel == kernel && seen[i].dev == dev) g = &seen[i];
+    if (g && g->bytes >= smem) return cudaSuccess;
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess) return e;
+    if (!g && n_seen < 32) g = &seen[n_seen++];
+    if (g) *g = {kernel, dev, smem};
+    return cudaSuccess;
+}
+
 // An NVTX range for the lifetime of a launcher (closed on every return path).
 struct sd_nvtx_scope {
     explicit sd_nvtx_scope(const char *name) { nvtxRangePushA(name); }

@@ -189,17 +189,6 @@ static int bulk_rpw(const sd_lin_job *j, int rpw, bool x_norm) {
     return 0;
 }
 
-// The BULK kernels' dynamic shared memory above 48 KB, allowed once per device and size.
-static cudaError_t lin_allow(void (*kernel)(const lin_params), int slot, size_t smem) {
-    static size_t allowed[2][64];
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) dev = 0;
-    if (smem <= 48 * 1024 || smem <= allowed[slot][dev]) return cudaSuccess;
-    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    if (e == cudaSuccess) allowed[slot][dev] = smem;
-    return e;
-}
-
 // One launch over jobs[0..n) (n <= LIN_MAXJOB) for tokens t0 .. t0+T-1 (norm: fused, or NULL).
 static sd_code launch(const sd_lin_job *jobs, int n, int t0, int T, const sd_lin_norm *norm, cudaStream_t stream,
                       sd_status *st) {
@@ -248,7 +237,7 @@ static sd_code launch(const sd_lin_job *jobs, int n, int t0, int T, const sd_lin
                                       : T <= 2 ? (bulk ? linear_kernel<2, true> : linear_kernel<2, false>)
                                       : T <= 4 ? linear_kernel<4, false> : T <= 8 ? linear_kernel<8, false>
                                       : T <= 16 ? linear_kernel<16, false> : linear_kernel<32, false>;
-    if (bulk) SD_CUDA_CHECK(st, lin_allow(kernel, T - 1, smem));
+    if (bulk) SD_CUDA_CHECK(st, sd_allow_smem((const void *)kernel, smem));
     SD_CUDA_CHECK(st, sd_launch(kernel, blocks, SD_LIN_WARPS * 32, smem, stream, p));
     return SD_OK;
 }

@@ -383,13 +383,6 @@ merge_kernel(const void *__restrict__ kvb, const float *__restrict__ part, int H
 }
 
 // ---------------------------------------------------------------------------- launcher
-// The split kernel's dynamic shared memory above 48 KB.
-// Set on every call above 48 KB (a cheap host call; the instance and the device may change).
-static cudaError_t split_allow(const void *kernel, size_t smem) {
-    if (smem <= 48 * 1024) return cudaSuccess;
-    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-}
-
 extern "C" sd_code sd_cuda_mla_attend(float *mq, const sd_mat *kv_b, float *c, float *kpe, int T, int Hm, int dn, int dr,
                                       int dv, int R, sd_dev_pos pos0, const sd_mla_write *write, float *qabs, float *part,
                                       float *mo, cudaStream_t stream, sd_status *st) {
@@ -420,7 +413,7 @@ extern "C" sd_code sd_cuda_mla_attend(float *mq, const sd_mat *kv_b, float *c, f
         : per <= 4           ? split_kernel<4, 0, 0>
         : per <= 8           ? split_kernel<8, 0, 0>
                              : split_kernel<16, 0, 0>;
-    SD_CUDA_CHECK(st, split_allow((const void *)split, ss));
+    SD_CUDA_CHECK(st, sd_allow_smem((const void *)split, ss));
     SD_CUDA_CHECK(st, sd_launch(split, dim3(SD_MLA_SPLIT, sd_ceil_div(Hm, MLA_HB), T), MLA_THREADS, ss, stream, (const float *)mq,
                                 (const float *)qabs, (const float *)c, (const float *)kpe, Hm, dn, dr, R, pos0, vec, part));
     const int mvec = ((size_t)R * es) % 16 == 0 && ((uintptr_t)kv_b->data & 15) == 0;

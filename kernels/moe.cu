@@ -635,7 +635,7 @@ extern "C" sd_code sd_cuda_moe_up(const sd_cuda_moe_args *a, int g_lo, int g_hi,
     case 4: k = bulk ? moe_up_kernel<4, true> : moe_up_kernel<4, false>; break;
     default: k = bulk ? moe_up_kernel<8, true> : moe_up_kernel<8, false>; break;
     }
-    if (bulk && smem > 48 * 1024) SD_CUDA_CHECK(st, cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    if (bulk) SD_CUDA_CHECK(st, sd_allow_smem((const void *)k, smem));
     e = sd_launch(k, grid, block, bulk ? smem : 0, stream, p, g_lo, ent_lo, ent_hi, shared ? 1 : 0);
     SD_CUDA_CHECK(st, e);
     return SD_OK;
