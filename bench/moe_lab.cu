@@ -198,6 +198,7 @@ struct lab_scratch {
     float *exp_out;    // (MAXT·K, D)
     float *shared_out; // (MAXT, D)
     float *out;        // (MAXT, D)
+    int *tickets;      // (D) zeroed: the down launch's row-block counters
     int *sel_host;     // (MAXT, K) pinned
     float *w_host;     // (MAXT, K) pinned
 };
@@ -213,6 +214,8 @@ static void build_scratch(lab_scratch &s, const std::vector<float> &xh) {
     CK(cudaMalloc(&s.hs, sizeof(float) * MAXT * IE));
     CK(cudaMalloc(&s.exp_out, sizeof(float) * MAXT * K * D));
     CK(cudaMalloc(&s.shared_out, sizeof(float) * MAXT * D));
+    CK(cudaMalloc(&s.tickets, sizeof(int) * D));
+    CK(cudaMemset(s.tickets, 0, sizeof(int) * D));
     CK(cudaMalloc(&s.out, sizeof(float) * MAXT * D));
     CK(cudaMallocHost(&s.sel_host, sizeof(int) * MAXT * K));
     CK(cudaMallocHost(&s.w_host, sizeof(float) * MAXT * K));
@@ -261,6 +264,7 @@ static sd_cuda_moe_args args_of(const lab_model &m, const lab_scratch &s, const 
     if (shared_in_up(T)) a.shared_gate = &m.d_sh_gate, a.shared_up = &m.d_sh_up;
     a.hs = s.hs; a.ld_hs = IE; a.shared_out = s.shared_out;
     a.out = s.out; a.accumulate = false;
+    a.tickets = s.tickets;
     return a;
 }
 

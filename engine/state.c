@@ -52,6 +52,7 @@ static void layout(sd_state *s, bump *b) {
     x->logits = TAKE_F(b, T * (size_t)c->vocab_size);
     x->sel = take(b, sizeof(int) * T * K);
     x->w = TAKE_F(b, T * K);
+    x->tickets = take(b, sizeof(int) * D);
     s->cursor = take(b, 2 * sizeof(int));
 }
 

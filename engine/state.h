@@ -49,6 +49,8 @@ typedef struct {
     float *logits;                      // (T, V) the head's output when the caller wants argmaxes only
     int *sel;                           // (T, K)
     float *w;                           // (T, K)
+    int *tickets;                       // (D) the device MoE down's row-block counters: zero between
+                                        // calls (the arena starts zeroed; each combine re-zeroes its own)
 } sd_scratch;
 
 // Where a state's arena lives: host memory (NULL allocator) or a backend's device memory.

@@ -28,7 +28,9 @@
 // (bench_gpu_e2e, kimi-linear-48b-a3b decode, one run each): off 3.233 ms, 40 KB 3.274, 80 KB
 // 3.175 (lm_head 96.6% -> 100.4% of the copy bandwidth). A persistent variant — one block per
 // multiprocessor streaming 40 KB tiles through 4 stages — was slower (3.81 ms; lm_head 74%): its
-// block-wide handoff per tile serialises the copies behind the dots.
+// block-wide handoff per tile serialises the copies behind the dots. Nor did per-warp rings: a
+// resident grid whose warps each stream their own run of rows through 2-4 bulk-copied slots
+// (3.007 -> 3.182 ms at 2 blocks a multiprocessor, lm_head 73%; 3.03-3.44 at 1, 3 or 4).
 #define LIN_BULK_MAX (80 * 1024)
 
 typedef struct {

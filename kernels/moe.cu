@@ -15,12 +15,17 @@
 //            row a warp computes the gate dot and another the up dot over all the group's tokens (linear.cuh, one weight read for the tokens),
 //            then silu(g)·u — the dense FFN's SWIGLU Linear arithmetic. From two tokens up the
 //            block's rows are bulk-copied into shared memory first (BULK below).
-//   down:    a block owns 8 output rows; its warps share out the units (a routed entry, or the
-//            shared expert of one token) and dot each unit's 8 contiguous weight rows against the
-//            unit's one activation row (exp_out[t·K+j][o]); then, on combine, out[t][o] =
-//            Σ_j w·exp_out + shared in the CPU's order (optionally added into the residual stream).
-//   down bulk-prefetches each warp's next units' weight rows into L2 (linear.cuh).
-// Tried and not kept (2026-11-29, kimi-linear-48b-a3b decode): the selection as the tail of the
+//   down:    a block per (16 output rows, unit — a routed entry, or the shared expert of one
+//            token): the unit's 16 contiguous weight rows are bulk-copied into shared memory
+//            before the wait for the up launch (so they stream during its tail), then dotted
+//            against the unit's activation row into exp_out; on combine, the row block's last
+//            block (an atomic ticket) writes out[t][o] = Σ_j w·exp_out + shared in the CPU's order
+//            (optionally added into the residual stream). Measured on the H200 (bench_gpu_e2e,
+//            kimi-linear-48b-a3b): decode 2.967 -> 2.862 ms, verify T=5 9.40 -> 8.83 ms, against a
+//            block per 8 rows of every unit with L2 prefetches issued after the wait.
+// Tried and not kept (2026-11-29, kimi-linear-48b-a3b decode): the up launch's last blocks
+// bulk-prefetching the selected experts' down matrices into L2 as they finish: 2.999 -> 3.146 ms
+// (the moe block 59.3 -> 66.5 µs). Before that: the selection as the tail of the
 // router's Linear launch (its last block to finish selects, after a threadfence + atomic ticket)
 // instead of a launch of its own: same bits, but the step went 3.72 -> 3.82 ms — programmatic
 // dependent launch (pdl.h) already hides the select launch, and the tail serialises behind the
@@ -38,8 +43,9 @@
 #define MOE_WARPS 8   // route and up: warps per block
 #define UP_RPW 2 // up: rows a warp dots at once (one x load feeds both)
 #define UP_ROWS (MOE_WARPS / 2 * UP_RPW) // up: expert rows per block (a gate warp and an up warp each 2)
-#define DOWN_WARPS 4  // down: warps per block (2 and 3 measured slower)
-#define DOWN_ROWS 8   // down: output rows per block
+#define DOWN_ROWS 16 // down: output rows per block (8 and 32 measured the same at Kimi T = 1)
+#define DOWN_ROWS_PER_WARP 4
+#define DOWN_SMEM_MAX (96 * 1024) // down: the most shared memory a block's rows take
 #define SEL_MAX_E 1024
 #define UP_BULK_MAX (80 * 1024) // up, BULK: the most shared memory a block's gate and up rows take
 
@@ -385,6 +391,7 @@ typedef struct {
     int ld_hs;
     float *shared_out, *out;
     int accumulate, xfast;
+    size_t down_smem; // down: shared memory for a block's rows (0: every unit reads global memory)
 } moe_params;
 
 // Block: UP_ROWS rows r0.. of the group's expert; warp 2i computes gate rows r0+2i and r0+2i+1,
@@ -397,7 +404,6 @@ typedef struct {
 template <int TMAX, bool BULK>
 static __global__ void __launch_bounds__(MOE_WARPS * 32, BULK && TMAX <= 2 ? 3 : 2)
 moe_up_kernel(const __grid_constant__ moe_params p, int g_lo, int ent_lo, int ent_hi, int with_shared) {
-    sd_pdl_trigger();
     __shared__ float gu[2][UP_ROWS][TMAX];
     extern __shared__ __align__(128) unsigned char up_sm[]; // BULK: UP_ROWS gate rows, UP_ROWS up rows, the barrier
     // The last row of blocks, when with_shared: the shared expert's hs for every token. It reads
@@ -407,8 +413,12 @@ moe_up_kernel(const __grid_constant__ moe_params p, int g_lo, int ent_lo, int en
     const int *ent = L.ent(p.groups);
     int p0 = 0, p1 = p.T, rows = p.s_rows;
     sd_cuda_expert ex = {p.sgw, p.suw, nullptr, p.sg_bf16, p.su_bf16, 0};
+    if (shared) sd_pdl_trigger();
     if (!shared) {
+        // Routed blocks let the down launch start only after their wait: so it may read the
+        // grouping (the selection's output) before its own (moe_down_bulk_kernel).
         sd_pdl_wait();
+        sd_pdl_trigger();
         const int g = g_lo + (int)blockIdx.y;
         if (g >= p.groups[0]) return; // whole block
         const int *gstart = L.gstart(p.groups);
@@ -514,63 +524,80 @@ __device__ __forceinline__ down_unit down_unit_of(const moe_params &p, const int
     return d;
 }
 
-// Block: DOWN_ROWS output rows o0.. of every unit; warp w takes units w, w+4, ... and dots the
-// unit's DOWN_ROWS weight rows (contiguous) against its one activation row — one x load feeds all
-// rows, and the warp's next two units are bulk-prefetched while the current one is summed. Then,
-// when combining, the block's warps combine its rows for every token.
-static __global__ void __launch_bounds__(DOWN_WARPS * 32, 3)
-moe_down_kernel(const __grid_constant__ moe_params p, int ent_lo, int ent_hi, int combine) {
-    sd_pdl_enter();
+// Block: DOWN_ROWS output rows o0.. of one unit (grid: D / DOWN_ROWS row blocks × the units, at
+// least one), DOWN_ROWS_PER_WARP rows a warp, dotted against the unit's one activation row.
+// Thread 0 bulk-copies the unit's rows (contiguous) into shared memory BEFORE the wait for the
+// up launch: the weights are never written and the grouping is the selection's, which the up
+// launch's routed blocks waited for before they let this launch start — so the copies stream
+// during the up launch's tail. Units of another dtype or alignment, or rows over the shared
+// memory given (smem 0), take the global-memory dots; both are linear.cuh's order. Then, when
+// combining, the row block's last block to finish (tickets[row block] counts them; the last
+// returns it to zero) combines its rows for every token in the CPU's order.
+static __global__ void __launch_bounds__(DOWN_ROWS / DOWN_ROWS_PER_WARP * 32)
+moe_down_kernel(const __grid_constant__ moe_params p, int ent_lo, int ent_hi, int units, int combine, int *tickets) {
+    extern __shared__ __align__(128) unsigned char down_sm[]; // the unit's rows (BULK)
+    __shared__ uint64_t bar;
+    __shared__ int last;
     const int o0 = blockIdx.x * DOWN_ROWS, nrow = min(DOWN_ROWS, p.D - o0), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const moe_layout L(p.T, p.K, p.E);
-    const int *ent = L.ent(p.groups), *ent_e = L.ent_e(p.groups);
-    const int n_routed = ent_hi - ent_lo, n_units = n_routed + (combine && p.sdw ? p.T : 0);
-    // Each warp keeps its next two units' rows streaming into L2.
-    for (int u = warp; lane == 0 && u < n_units && u < warp + 2 * DOWN_WARPS; u += DOWN_WARPS) {
-        const down_unit d = down_unit_of(p, ent, ent_e, ent_lo, n_routed, u, o0);
-        sd_prefetch_l2(d.w, (size_t)nrow * d.cols * (d.bf16 ? 2 : 4));
+    const bool has_unit = (int)blockIdx.y < units; // block-uniform; false: a combine-only launch
+    const down_unit d = has_unit ? down_unit_of(p, L.ent(p.groups), L.ent_e(p.groups), ent_lo, ent_hi - ent_lo,
+                                                (int)blockIdx.y, o0)
+                                 : down_unit{};
+    const size_t pitch = (size_t)d.cols * (d.bf16 ? 2 : 4);
+    const bool bulk = has_unit && d.bf16 && ((uintptr_t)d.w & 15) == 0 && pitch % 16 == 0 &&
+                      nrow * pitch <= p.down_smem; // block-uniform
+    if (bulk && threadIdx.x == 0) {
+        sd_bulk_init(&bar);
+        sd_bulk_expect(&bar, (uint32_t)(nrow * pitch));
+        sd_bulk_copy(down_sm, d.w, (uint32_t)(nrow * pitch), &bar);
     }
-    for (int u = warp; u < n_units; u += DOWN_WARPS) {
-        const down_unit d = down_unit_of(p, ent, ent_e, ent_lo, n_routed, u, o0);
-        if (lane == 0 && u + 2 * DOWN_WARPS < n_units) {
-            const down_unit nx = down_unit_of(p, ent, ent_e, ent_lo, n_routed, u + 2 * DOWN_WARPS, o0);
-            sd_prefetch_l2(nx.w, (size_t)nrow * nx.cols * (nx.bf16 ? 2 : 4));
-        }
-        const size_t pitch = (size_t)d.cols * (d.bf16 ? 2 : 4);
-        const char *wr[DOWN_ROWS];
+    sd_pdl_trigger();
+    sd_pdl_wait();
+    __syncthreads(); // the barrier is initialised before any thread waits on it
+    const int r0 = warp * DOWN_ROWS_PER_WARP;
+    if (has_unit && r0 < nrow) {
+        float acc[DOWN_ROWS_PER_WARP][1];
 #pragma unroll
-        for (int r = 0; r < DOWN_ROWS; r++) wr[r] = d.w + (size_t)(r < nrow ? r : nrow - 1) * pitch; // spare rows repeat the last
-        float acc[DOWN_ROWS][1];
-#pragma unroll
-        for (int r = 0; r < DOWN_ROWS; r++) acc[r][0] = 0.0f;
+        for (int r = 0; r < DOWN_ROWS_PER_WARP; r++) acc[r][0] = 0.0f;
         const sd_lin_rows xs = {d.x, 0};
-        const bool xf = ((uintptr_t)d.x & 15) == 0;
-        if (d.bf16 && xf && sd_lin_fast_w<true>(d.w, d.cols)) {
-            sd_lin_dot_fast<1, DOWN_ROWS, true, 2>(wr, d.cols, xs, 1, acc);
-        } else if (!d.bf16 && xf && sd_lin_fast_w<false>(d.w, d.cols)) {
-            sd_lin_dot_fast<1, DOWN_ROWS, false, 1>(wr, d.cols, xs, 1, acc);
+        const char *wr[DOWN_ROWS_PER_WARP]; // spare rows repeat the last
+#pragma unroll
+        for (int r = 0; r < DOWN_ROWS_PER_WARP; r++)
+            wr[r] = (bulk ? (const char *)down_sm : d.w) + (size_t)min(r0 + r, nrow - 1) * pitch;
+        if (bulk) sd_bulk_wait(&bar, 0);
+        if (bulk && ((uintptr_t)d.x & 15) == 0) {
+            sd_lin_dot_fast<1, DOWN_ROWS_PER_WARP, true, 2, sd_lin_rows, true>(wr, d.cols, xs, 1, acc);
         } else {
 #pragma unroll
-            for (int r = 0; r < DOWN_ROWS; r++) {
+            for (int r = 0; r < DOWN_ROWS_PER_WARP; r++) {
                 if (d.bf16) sd_lin_dot_any<1, true>(wr[r], d.cols, xs, 1, acc[r]);
                 else sd_lin_dot_any<1, false>(wr[r], d.cols, xs, 1, acc[r]);
             }
         }
 #pragma unroll
-        for (int r = 0; r < DOWN_ROWS; r++) {
-            if (r >= nrow) break;
+        for (int r = 0; r < DOWN_ROWS_PER_WARP; r++) {
+            if (r0 + r >= nrow) break;
             const float v = sd_warp_sum(acc[r][0]);
-            if (lane == 0) d.dst[r] = v;
+            if (lane == 0) d.dst[r0 + r] = v;
         }
+        if (lane == 0) __threadfence(); // the outputs, then the ticket
     }
     if (!combine) return;
-    __syncthreads(); // every unit's outputs of rows o0.. are written (this block, global memory)
-    for (int i = threadIdx.x; i < nrow * p.T; i += blockDim.x) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(&tickets[blockIdx.x], 1) == (int)gridDim.y - 1;
+        if (last) tickets[blockIdx.x] = 0; // every block of the row block has counted
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (int i = threadIdx.x; i < nrow * p.T; i += blockDim.x) { // other blocks' outputs: read from L2
         const int o = o0 + i % nrow, t = i / nrow;
         float acc = 0.0f;
         for (int j = 0; j < p.K; j++)
-            acc = __fadd_rn(acc, __fmul_rn(p.w[(size_t)t * p.K + j], p.exp_out[((size_t)t * p.K + j) * p.D + o]));
-        if (p.sdw) acc = __fadd_rn(acc, p.shared_out[(size_t)t * p.D + o]);
+            acc = __fadd_rn(acc, __fmul_rn(p.w[(size_t)t * p.K + j], __ldcg(p.exp_out + ((size_t)t * p.K + j) * p.D + o)));
+        if (p.sdw) acc = __fadd_rn(acc, __ldcg(p.shared_out + (size_t)t * p.D + o));
         float *y = p.out + (size_t)t * p.D + o;
         *y = p.accumulate ? __fadd_rn(*y, acc) : acc;
     }
@@ -647,9 +674,16 @@ extern "C" sd_code sd_cuda_moe_down(const sd_cuda_moe_args *a, int ent_lo, int e
     if (a->T < 1 || (ent_hi <= ent_lo && !combine)) return SD_OK;
     if (a->shared_down && a->shared_down->dtype != SD_DT_BF16 && a->shared_down->dtype != SD_DT_F32)
         return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda moe: shared down dtype %d", (int)a->shared_down->dtype);
-    const moe_params p = params_of(a);
-    SD_CUDA_CHECK(st, sd_launch(moe_down_kernel, sd_ceil_div(a->D, DOWN_ROWS), DOWN_WARPS * 32, 0, stream, p, ent_lo, ent_hi,
-                                combine ? 1 : 0));
+    if (combine && !a->tickets) return sd_fail(st, SD_ERR_USAGE, "cuda moe down: the combine needs the tickets (state.h)");
+    moe_params p = params_of(a);
+    const int cols = a->shared_down && a->shared_down->cols > a->Ie ? a->shared_down->cols : a->Ie;
+    p.down_smem = (size_t)DOWN_ROWS * cols * 2; // bf16 rows
+    if (p.down_smem > DOWN_SMEM_MAX) p.down_smem = 0;
+    SD_CUDA_CHECK(st, sd_allow_smem((const void *)moe_down_kernel, p.down_smem));
+    const int units = (ent_hi - ent_lo) + (combine && a->shared_down ? a->T : 0);
+    SD_CUDA_CHECK(st, sd_launch(moe_down_kernel, dim3(sd_ceil_div(a->D, DOWN_ROWS), units > 1 ? units : 1),
+                                DOWN_ROWS / DOWN_ROWS_PER_WARP * 32, p.down_smem, stream, p, ent_lo, ent_hi, units,
+                                combine ? 1 : 0, a->tickets));
     SD_LAUNCH_CHECK(st);
     return SD_OK;
 }

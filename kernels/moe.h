@@ -63,6 +63,8 @@ typedef struct {
     float *shared_out;           // (T, D) scratch: the shared expert's output
     float *out;                  // (T, D)
     bool accumulate;             // out += MoE(x) (the residual add fused) instead of out = MoE(x)
+    int *tickets;                // (D) zeroed counters (state.h), or NULL: the combine waits for a
+                                 //   whole launch instead of a row block's last unit
 } sd_cuda_moe_args;
 
 // Activations of the entries ent_lo .. ent_hi-1 of groups g_lo .. g_hi-1 (clipped to the
@@ -75,7 +77,11 @@ sd_code sd_cuda_moe_up(const sd_cuda_moe_args *a, int g_lo, int g_hi, int ent_lo
                        cudaStream_t stream, sd_status *st);
 // exp_out of entries ent_lo .. ent_hi-1 (down_e · h row); then, when combine: the shared expert
 // (down_shared · hs_t) and out[t] (=, or +=) Σ_j w[t·K+j]·exp_out[t·K+j] (j from 0) + shared[t]
-// — the CPU's order. Entries of earlier launches must already be in exp_out.
+// — the CPU's order. Entries of earlier launches must already be in exp_out. The launch reads the
+// grouping before its wait for its predecessor (it starts the weight copies early): the grouping
+// must be complete when the predecessor lets it start — sd_cuda_moe_up's routed blocks let it
+// only after their own wait, and a host-built grouping is uploaded before both. A combine needs
+// a->tickets.
 sd_code sd_cuda_moe_down(const sd_cuda_moe_args *a, int ent_lo, int ent_hi, bool combine, cudaStream_t stream,
                          sd_status *st);
 

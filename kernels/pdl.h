@@ -18,7 +18,10 @@ extern "C" {
 // decode 3.88 ms with the overlap against 4.05 without; a captured graph, 3.74 against 3.65 —
 // inside a graph the launches are already cheap and the overlap costs more than it hides, so
 // sd_cuda_graph_capture captures with it off. Bulk-prefetching each Linear block's weight rows
-// before its wait (at T = 1 too) was slower in both (3.92 / 3.82).
+// before its wait (at T = 1 too) was slower in both (3.92 / 3.82). So was handing a launch the
+// NEXT launch's weights for its last blocks to bulk-prefetch into L2 as they finish (in-proj ->
+// o_proj, o_proj -> router, up -> the selected downs, down -> the next in-proj): 2.999 ms off,
+// 3.03-3.15 per hint, 3.23 all; the later launches got no faster from L2.
 typedef enum { SD_PDL_OFF = 0, SD_PDL_OVERLAP = 1 } sd_pdl_mode;
 void sd_cuda_pdl(sd_pdl_mode mode);
 sd_pdl_mode sd_cuda_pdl_mode(void);

@@ -212,7 +212,7 @@ static sd_code moe_block(sd_cuda_backend *b, const sd_moe_weights *w, const sd_c
                            .shared_up = shared_in_up ? &w->shared.up : NULL,
                            .hs = x->ffn_h2,
                            .ld_hs = shared ? w->shared.gate.rows : 0, .shared_out = x->yg, .out = out,
-                           .accumulate = accumulate};
+                           .accumulate = accumulate, .tickets = x->tickets};
     if (b->moe_arm == SD_CUDA_MOE_EAGER) return moe_experts_eager(b, s, &ma, st);
     // Device table: every entry's activation row in ffn_h1, in passes when it holds fewer rows.
     const int n_ent = T * K, gc = n_ent < E ? n_ent : E;
