@@ -14,11 +14,13 @@ extern "C" {
 // How the walk's kernels launch (the bits are the same either way):
 //   SD_PDL_OFF      plain stream order: a kernel launches when its predecessor has ended;
 //   SD_PDL_OVERLAP  with the programmatic-serialization attribute (the default).
-// Measured on the H200 (bench_gpu_e2e, kimi-linear-48b-a3b ctx 512, one run): stream launches,
-// decode 3.88 ms with the overlap against 4.05 without; a captured graph, 3.74 against 3.65 —
-// inside a graph the launches are already cheap and the overlap costs more than it hides, so
-// sd_cuda_graph_capture captures with it off. Bulk-prefetching each Linear block's weight rows
-// before its wait (at T = 1 too) was slower in both (3.92 / 3.82). So was handing a launch the
+// Measured on the H200 (bench_gpu_e2e, kimi-linear-48b-a3b ctx 512): at first (stream launches)
+// decode 3.88 ms with the overlap against 4.05 without, and a captured graph 3.74 against 3.65,
+// so graphs were captured without it; once the kernels copied their weights before their wait
+// (Linear BULK, the MoE down), a graph with it is the faster: 2.967 -> 2.751 ms (stream launches
+// 2.90), so sd_cuda_graph_capture now captures in the current mode. Bulk-prefetching each Linear
+// block's weight rows into L2 before
+// its wait (at T = 1 too) was slower in both (3.92 / 3.82). So was handing a launch the
 // NEXT launch's weights for its last blocks to bulk-prefetch into L2 as they finish (in-proj ->
 // o_proj, o_proj -> router, up -> the selected downs, down -> the next in-proj): 2.999 ms off,
 // 3.03-3.15 per hint, 3.23 all; the later launches got no faster from L2.

@@ -6,7 +6,6 @@
 #include <string.h>
 #include "check.h"         // SD_CUDA_CHECK
 #include "cuda_internal.h" // sd_cuda_walk, sd_cuda_head_logits, sd_cuda_state_is_ours
-#include "pdl.h"           // sd_cuda_pdl
 #include "sampling.h"      // sd_cuda_argmax
 
 // The graph's body on b->stream (in capture mode).
@@ -46,11 +45,10 @@ sd_code sd_cuda_graph_capture(const sd_model *m, sd_state *s, int T, sd_cuda_gra
         if (e != cudaSuccess) rc = sd_fail(st, SD_ERR_SYS, "cuda graph: begin capture: %s", cudaGetErrorString(e));
     }
     if (!rc) {
-        // Plain kernel edges: inside a graph the launch overlap costs more than it hides (pdl.h).
-        const sd_pdl_mode mode = sd_cuda_pdl_mode();
-        sd_cuda_pdl(SD_PDL_OFF);
+        // The launches keep the process's overlap mode (pdl.h): captured, it becomes the graph's
+        // programmatic edges, so a replay overlaps each kernel's prologue (its weight copies)
+        // with its predecessor's tail as a stream launch does.
         sd_code body = enqueue(b, m, s, g, st);
-        sd_cuda_pdl(mode);
         cudaError_t e = cudaStreamEndCapture(b->stream, &graph); // always end what began
         if (body) rc = body;
         else if (e != cudaSuccess) rc = sd_fail(st, SD_ERR_SYS, "cuda graph: end capture: %s", cudaGetErrorString(e));
