@@ -30,7 +30,8 @@
 // multiprocessor streaming 40 KB tiles through 4 stages — was slower (3.81 ms; lm_head 74%): its
 // block-wide handoff per tile serialises the copies behind the dots. Nor did per-warp rings: a
 // resident grid whose warps each stream their own run of rows through 2-4 bulk-copied slots
-// (3.007 -> 3.182 ms at 2 blocks a multiprocessor, lm_head 73%; 3.03-3.44 at 1, 3 or 4).
+// (3.007 -> 3.182 ms at 2 blocks a multiprocessor, lm_head 73%; 3.03-3.44 at 1, 3 or 4). BULK
+// for 3..8 tokens too made verify slower (T=3 6.00 -> 6.31 ms, T=5 8.91 -> 9.23).
 #define LIN_BULK_MAX (80 * 1024)
 
 typedef struct {
