@@ -237,14 +237,7 @@ static cudaError_t scan_pa(float *S, int n_slots, sd_dev_pos n0, int T, int H, c
 }
 
 
-#define CK(x)                                                                                        \
-    do {                                                                                             \
-        cudaError_t e_ = (x);                                                                        \
-        if (e_ != cudaSuccess) {                                                                     \
-            fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, __LINE__, #x); \
-            exit(1);                                                                                 \
-        }                                                                                            \
-    } while (0)
+#include "lab.cuh" // CK, median, lab_copy_gbs
 
 // ---------------------------------------------------------------------------------------------
 // CPU reference: engine/cpu/kda.c kda_step, transcribed (same operations in the same order).
@@ -669,11 +662,6 @@ struct timing {
     double ev_warm, ev_cold, graph_warm, graph_cold; // µs per launch
 };
 
-static double median(std::vector<float> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
-
 static timing time_version(int v, std::vector<dev_set> &sets, int n_slots, int T, int H, int d, cudaStream_t stream) {
     timing r;
     cudaEvent_t e0, e1;
@@ -794,28 +782,6 @@ static void probes(cudaStream_t stream, int n_sm) {
            "hand-off %.1f ns = %.0f cycles\n", mhz, fadd_ns, fadd_ns * mhz * 1e-3, hand_ns, hand_ns * mhz * 1e-3);
 }
 
-static double copy_ceiling_gbs(cudaStream_t stream) {
-    const size_t n = (size_t)1 << 30; // 1 GiB each way
-    void *a, *b;
-    CK(cudaMalloc(&a, n)); CK(cudaMalloc(&b, n));
-    CK(cudaMemset(a, 1, n)); CK(cudaMemset(b, 2, n));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
-    CK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, stream));
-    std::vector<float> ms;
-    for (int r = 0; r < 10; r++) {
-        CK(cudaEventRecord(e0, stream));
-        CK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, stream));
-        CK(cudaEventRecord(e1, stream));
-        CK(cudaEventSynchronize(e1));
-        float t; CK(cudaEventElapsedTime(&t, e0, e1));
-        ms.push_back(t);
-    }
-    cudaFree(a); cudaFree(b);
-    CK(cudaEventDestroy(e0)); CK(cudaEventDestroy(e1));
-    return 2.0 * n / (median(ms) * 1e-3) / 1e9;
-}
-
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); // a killed run keeps what it printed
     const int only = argc > 1 ? atoi(argv[1]) : 0;
@@ -861,7 +827,7 @@ int main(int argc, char **argv) {
     printf("validation: %s (%d failing)\n", fails ? "FAIL" : "all passed", fails);
 
     // ---- ceilings
-    const double copy_gbs = copy_ceiling_gbs(stream);
+    const double copy_gbs = lab_copy_gbs(stream, (size_t)1 << 30, 10); // 1 GiB each way
     const double fp32_gops = (double)prop.multiProcessorCount * 128 * clock_khz * 1e3 / 1e9; // FADD/FMUL per s
     probes(stream, prop.multiProcessorCount);
     printf("ceilings: copy %.0f GB/s (read + write), fp32 FADD/FMUL issue %.0f GFLOP/s at max clock\n", copy_gbs, fp32_gops);

@@ -45,14 +45,7 @@
 #include <vector>
 #include "mla.cu" // sd_cuda_mla_attend (version 2): the production source
 
-#define CK(x)                                                                                        \
-    do {                                                                                             \
-        cudaError_t e_ = (x);                                                                        \
-        if (e_ != cudaSuccess) {                                                                     \
-            fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, __LINE__, #x); \
-            exit(1);                                                                                 \
-        }                                                                                            \
-    } while (0)
+#include "lab.cuh" // CK, median, lab_copy_gbs
 
 #define ATT_WARPS 8 // version 1's warps per block
 static const int HM = 32, RR = 512, DN = 128, DR = 64, DV = 128, QW = DN + DR, MAXT = 9;
@@ -401,8 +394,7 @@ int main(int argc, char **argv) {
                     CK(cudaEventElapsedTime(&m, e0, e1));
                     cs.push_back(1000.0f * m);
                 }
-                std::sort(cs.begin(), cs.end());
-                rows.push_back({ctx, T, v, hot, cs[cs.size() / 2]});
+                rows.push_back({ctx, T, v, hot, median(cs)});
             }
     CK(cudaGetLastError());
     printf("  ctx     T |   v1 hot   cold |   v2 hot   cold | v2 cold GB/s (%% of 4.2 TB/s)  v1/v2\n");

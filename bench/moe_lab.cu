@@ -61,14 +61,7 @@ extern "C" {
 #include "linear.h" // sd_cuda_linear_multi, sd_lin_job
 #include "moe.h"    // sd_cuda_moe_select, _up, _down, _groups_host, _groups_ints, sd_cuda_expert
 
-#define CK(x)                                                                                        \
-    do {                                                                                             \
-        cudaError_t e_ = (x);                                                                        \
-        if (e_ != cudaSuccess) {                                                                     \
-            fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, __LINE__, #x); \
-            exit(1);                                                                                 \
-        }                                                                                            \
-    } while (0)
+#include "lab.cuh" // CK, median, lab_copy_gbs
 // A launcher's sd_code: the lab stops on the first failure, naming it.
 #define OKS(x)                                                                                       \
     do {                                                                                             \
@@ -378,33 +371,6 @@ struct flusher {
     }
 };
 
-static double median(std::vector<float> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
-
-static double copy_gbs(cudaStream_t q) {
-    const size_t n = (size_t)2 << 30; // 2 GiB copied: 4 GiB moved
-    void *a, *b;
-    CK(cudaMalloc(&a, n)); CK(cudaMalloc(&b, n));
-    CK(cudaMemsetAsync(a, 1, n, q)); CK(cudaMemsetAsync(b, 2, n, q));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
-    CK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, q));
-    std::vector<float> ms;
-    for (int r = 0; r < 7; r++) {
-        CK(cudaEventRecord(e0, q));
-        CK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, q));
-        CK(cudaEventRecord(e1, q));
-        CK(cudaEventSynchronize(e1));
-        float t; CK(cudaEventElapsedTime(&t, e0, e1));
-        ms.push_back(t);
-    }
-    CK(cudaFree(a)); CK(cudaFree(b));
-    CK(cudaEventDestroy(e0)); CK(cudaEventDestroy(e1));
-    return 2.0 * n / (median(ms) * 1e-3) / 1e9;
-}
-
 // ---------------------------------------------------------------------------------------------
 int main() {
     setvbuf(stdout, NULL, _IOLBF, 0); // a killed run keeps what it printed
@@ -516,7 +482,7 @@ int main() {
     printf("validation: %s (%d failing)\n", fails ? "FAIL" : "all passed", fails);
 
     // ------------------------------------------------------------------ ceilings
-    const double copy = copy_gbs(q);
+    const double copy = lab_copy_gbs(q, (size_t)2 << 30, 7); // 2 GiB copied: 4 GiB moved
     flusher flush;
     flush.n = std::max((size_t)256 << 20, (size_t)prop.l2CacheSize * 4) / sizeof(uint4);
     flush.blocks = prop.multiProcessorCount * 4;

@@ -416,7 +416,7 @@ moe_up_kernel(const __grid_constant__ moe_params p, int g_lo, int ent_lo, int en
     if (shared) sd_pdl_trigger();
     if (!shared) {
         // Routed blocks let the down launch start only after their wait: so it may read the
-        // grouping (the selection's output) before its own (moe_down_bulk_kernel).
+        // grouping (the selection's output) before its own (moe_down_kernel).
         sd_pdl_wait();
         sd_pdl_trigger();
         const int g = g_lo + (int)blockIdx.y;
