@@ -249,7 +249,7 @@ static void run_v(int version, dev_bufs &d, int T, int pos0, float *mo, cudaStre
         return;
     }
     sd_status st = {};
-    if (sd_cuda_mla_attend(d.q, &d.kv_b, d.c, d.kpe, T, HM, DN, DR, DV, RR, sd_pos_fixed(pos0), nullptr, d.qabs, d.part, mo, s,
+    if (sd_cuda_mla_attend(d.q, &d.kv_b, d.c, d.kpe, T, HM, DN, DR, DV, RR, sd_pos_fixed(pos0), false, nullptr, d.qabs, d.part, mo, s,
                            &st) != SD_OK) {
         fprintf(stderr, "sd_cuda_mla_attend: %s\n", st.msg);
         exit(1);

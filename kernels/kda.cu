@@ -30,39 +30,65 @@
 static __global__ void conv_kernel(float *__restrict__ rows, int n_rows, const float *__restrict__ q,
                                    const float *__restrict__ k, const float *__restrict__ v, const float *__restrict__ tq,
                                    const float *__restrict__ tk, const float *__restrict__ tv, int P, int d, int W,
-                                   sd_dev_pos at, float *__restrict__ qc, float *__restrict__ kc, float *__restrict__ vc) {
-    sd_pdl_enter();
+                                   sd_dev_pos at, int settled, float *__restrict__ qc, float *__restrict__ kc,
+                                   float *__restrict__ vc) {
+    sd_pdl_trigger();
     __shared__ float sh[32];
     const int h = blockIdx.x, which = blockIdx.y, t = blockIdx.z, c = threadIdx.x;
-    const int ch = h * d + c, pos0 = sd_pos_read(at), pos = pos0 + t;
+    const int ch = h * d + c;
     const float *taps = which == 0 ? tq : which == 1 ? tk : tv;
     const float *fresh = which == 0 ? q : which == 1 ? k : v;
+    const float *ring = rows + (size_t)which * P + ch;
+    // Settled: the position and the ring rows before it are older than the forward, so they are
+    // read before the wait with the taps (never written); else after it.
+    int pos0 = settled ? sd_pos_read(at) : 0, pos = pos0 + t;
     float val = 0.0f;
-    if (c < d) {
-        float acc = 0.0f;
-        if (W <= CONV_WMAX) { // every tap and input loaded before the first is used
-            float tv[CONV_WMAX], xv[CONV_WMAX];
+    if (W <= CONV_WMAX) { // every tap and input loaded before the first is used
+        float tw[CONV_WMAX], xv[CONV_WMAX];
+#pragma unroll
+        for (int j = 0; j < CONV_WMAX; j++) tw[j] = c < d && j < W ? taps[(size_t)ch * W + j] : 0.0f;
+        if (settled)
 #pragma unroll
             for (int j = 0; j < CONV_WMAX; j++) {
                 const int p = pos - (W - 1) + j;
-                const bool in = j < W && p >= 0;
-                tv[j] = in ? taps[(size_t)ch * W + j] : 0.0f;
-                xv[j] = !in ? 0.0f : p >= pos0 ? fresh[(size_t)(p - pos0) * P + ch] : rows[(size_t)(p % n_rows) * 3 * P + (size_t)which * P + ch];
+                xv[j] = c < d && j < W && p >= 0 && p < pos0 ? ring[(size_t)(p % n_rows) * 3 * P] : 0.0f;
             }
+        sd_pdl_wait();
+        if (!settled) {
+            pos0 = sd_pos_read(at), pos = pos0 + t;
+#pragma unroll
+            for (int j = 0; j < CONV_WMAX; j++) {
+                const int p = pos - (W - 1) + j;
+                xv[j] = c < d && j < W && p >= 0 && p < pos0 ? ring[(size_t)(p % n_rows) * 3 * P] : 0.0f;
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < CONV_WMAX; j++) {
+            const int p = pos - (W - 1) + j;
+            if (c < d && j < W && p >= pos0) xv[j] = fresh[(size_t)(p - pos0) * P + ch];
+        }
+        if (c < d) {
+            float acc = 0.0f;
 #pragma unroll
             for (int j = 0; j < CONV_WMAX; j++)
-                if (j < W && pos - (W - 1) + j >= 0) acc += tv[j] * xv[j];
-        } else {
+                if (j < W && pos - (W - 1) + j >= 0) acc += tw[j] * xv[j];
+            val = sd_dev_silu(acc);
+        }
+    } else {
+        sd_pdl_wait();
+        pos0 = sd_pos_read(at), pos = pos0 + t;
+        if (c < d) {
+            float acc = 0.0f;
             for (int j = 0; j < W; j++) {
                 const int p = pos - (W - 1) + j;
                 if (p < 0) continue;
-                const float x = p >= pos0 ? fresh[(size_t)(p - pos0) * P + ch] : rows[(size_t)(p % n_rows) * 3 * P + (size_t)which * P + ch];
+                const float x = p >= pos0 ? fresh[(size_t)(p - pos0) * P + ch] : ring[(size_t)(p % n_rows) * 3 * P];
                 acc += taps[(size_t)ch * W + j] * x;
             }
+            val = sd_dev_silu(acc);
         }
-        val = sd_dev_silu(acc);
-        rows[(size_t)(pos % n_rows) * 3 * P + (size_t)which * P + ch] = fresh[(size_t)t * P + ch];
     }
+    if (c < d) rows[(size_t)(pos % n_rows) * 3 * P + (size_t)which * P + ch] = fresh[(size_t)t * P + ch];
     if (which < 2) { // block-uniform: q and k are L2-normalised per head
         const float ss = sd_block_sum(val * val, sh);
         const float inv = 1.0f / sqrtf(ss + 1e-6f);
@@ -74,7 +100,8 @@ static __global__ void conv_kernel(float *__restrict__ rows, int n_rows, const f
 
 extern "C" sd_code sd_cuda_kda_conv(float *conv_rows, int n_rows, const float *q, const float *k, const float *v,
                                     const float *q_conv, const float *k_conv, const float *v_conv, int T, int H, int d,
-                                    int W, sd_dev_pos pos0, float *qc, float *kc, float *vc, cudaStream_t stream, sd_status *st) {
+                                    int W, sd_dev_pos pos0, bool settled, float *qc, float *kc, float *vc, cudaStream_t stream,
+                                    sd_status *st) {
     SD_NVTX("sd_cuda_kda_conv");
     if (d < 1 || d > 1024) return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda kda: head_dim %d outside 1..1024", d);
     if (T < 1) return SD_OK;
@@ -83,7 +110,7 @@ extern "C" sd_code sd_cuda_kda_conv(float *conv_rows, int n_rows, const float *q
                        T + W - 1, n_rows);
     const int P = H * d;
     SD_CUDA_CHECK(st, sd_launch(conv_kernel, dim3(H, 3, T), sd_round32(d), 0, stream, conv_rows, n_rows, q, k, v, q_conv, k_conv,
-                                v_conv, P, d, W, pos0, qc, kc, vc));
+                                v_conv, P, d, W, pos0, settled ? 1 : 0, qc, kc, vc));
     return SD_OK;
 }
 
@@ -284,19 +311,23 @@ static __global__ void __launch_bounds__(D / KW * 32)
 scan_tile_kernel(float *S, int n_slots, sd_dev_pos at, int T, int H, const float *__restrict__ qc,
                  const float *__restrict__ kc, const float *__restrict__ vc, const float *__restrict__ gate,
                  const float *__restrict__ beta, const float *__restrict__ A_log, const float *__restrict__ dt_bias,
-                 float *__restrict__ y, bool vec) {
-    sd_pdl_enter();
+                 float *__restrict__ y, bool vec, bool settled) {
+    sd_pdl_trigger();
     using sm = scan_tile_smem<D, KW>;
     __shared__ __align__(16) sm sh;
-    const int n0 = sd_pos_read(at);
     const int h = blockIdx.x / (D / 32), j0 = (int)(blockIdx.x % (D / 32)) * 32;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, i0 = w * KW;
     const size_t P = (size_t)H * D, per_slot = P * D, head = (size_t)h * D * D + j0 + lane;
     const float scale = 1.0f / sqrtf((float)D);
+    // Settled: slot n0 and the cursor are older than the forward, so the block's state columns
+    // stream in before the wait, during the predecessor's tail; else after it.
+    if (!settled) sd_pdl_wait();
+    const int n0 = sd_pos_read(at);
     float s[KW];
     const float *src = S + (size_t)(n0 % n_slots) * per_slot + head;
 #pragma unroll
     for (int r = 0; r < KW; r++) s[r] = src[(size_t)(i0 + r) * D];
+    if (settled) sd_pdl_wait();
     for (int c0 = 0; c0 < T; c0 += sm::SC) {
         const int nt = min(sm::SC, T - c0);
         __syncthreads(); // the previous chunk's rows are read
@@ -345,14 +376,14 @@ static cudaError_t scan_col(float *S, int n_slots, sd_dev_pos n0, int T, int H, 
 template <int D>
 static cudaError_t scan_tile(float *S, int n_slots, sd_dev_pos n0, int T, int H, const float *qc, const float *kc,
                              const float *vc, const float *gate, const float *beta, const float *A_log, const float *dt_bias,
-                             float *y, bool vec, cudaStream_t stream) {
+                             float *y, bool vec, bool settled, cudaStream_t stream) {
     return sd_launch(scan_tile_kernel<D, 32>, H * (D / 32), D, 0, stream, S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log,
-                     dt_bias, y, vec);
+                     dt_bias, y, vec, settled);
 }
 
 extern "C" sd_code sd_cuda_kda_scan(float *S, int n_slots, sd_dev_pos n0, int T, int H, int d, const float *qc, const float *kc,
                                     const float *vc, const float *gate, const float *beta, const float *A_log,
-                                    const float *dt_bias, float *y, cudaStream_t stream, sd_status *st) {
+                                    const float *dt_bias, float *y, bool settled, cudaStream_t stream, sd_status *st) {
     SD_NVTX("sd_cuda_kda_scan");
     if (d < 1 || d > 1024) return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda kda: head_dim %d outside 1..1024", d);
     if (T < 1) return SD_OK;
@@ -363,10 +394,10 @@ extern "C" sd_code sd_cuda_kda_scan(float *S, int n_slots, sd_dev_pos n0, int T,
     switch (d) {
     case 8: e = scan_col<8>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, stream); break;
     case 16: e = scan_col<16>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, stream); break;
-    case 32: e = scan_tile<32>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, stream); break;
-    case 64: e = scan_tile<64>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, stream); break;
-    case 96: e = scan_tile<96>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, stream); break;
-    case 128: e = scan_tile<128>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, stream); break;
+    case 32: e = scan_tile<32>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, settled, stream); break;
+    case 64: e = scan_tile<64>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, settled, stream); break;
+    case 96: e = scan_tile<96>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, settled, stream); break;
+    case 128: e = scan_tile<128>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, settled, stream); break;
     default:
         e = sd_launch(scan_global_kernel, H, d, 3 * (size_t)d * sizeof(float), stream, S, n_slots, n0, T, H, d, qc, kc, vc, gate,
                       beta, A_log, dt_bias, y);

@@ -3,6 +3,7 @@
 // and slots follow engine/state.h.
 #pragma once
 #include <cuda_runtime_api.h> // cudaStream_t
+#include <stdbool.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -11,6 +12,9 @@ extern "C" {
 #include "status.h"           // sd_code, sd_status
 
 // Positions come from device memory (sd_dev_pos: a state's cursor, cursor.h), read by the kernels.
+// settled: the cursor, the conv rows before pos0 and the state slot n0 were written before the
+// forward began (its stream drained: the layer walk), so conv and scan read them before they
+// wait for their predecessor (pdl.h); false: after (a caller chaining launches without a drain).
 //
 // (a) Writes the raw projections q, k, v (T, P each) of positions pos0 .. pos0+T-1 into the conv
 // rows (row of position p: p % n_rows, each row [q | k | v], 3P floats), then for every new token
@@ -18,7 +22,8 @@ extern "C" {
 // + silu into qc, kc, vc (T, P), and per head q, k ← x / sqrt(Σx² + 1e-6).
 sd_code sd_cuda_kda_conv(float *conv_rows, int n_rows, const float *q, const float *k, const float *v,
                          const float *q_conv, const float *k_conv, const float *v_conv, int T, int H, int d, int W,
-                         sd_dev_pos pos0, float *qc, float *kc, float *vc, cudaStream_t stream, sd_status *st);
+                         sd_dev_pos pos0, bool settled, float *qc, float *kc, float *vc, cudaStream_t stream,
+                         sd_status *st);
 
 // (b) The recurrence over T tokens: reads the state after n0 tokens from slot n0 % n_slots of S
 // (n_slots × H × d × d, fp32, S[slot][h][i][j]) and writes slots n0+1 .. n0+T; y (T, P) gets
@@ -30,7 +35,7 @@ sd_code sd_cuda_kda_conv(float *conv_rows, int n_rows, const float *q, const flo
 // both NULL they are final.
 sd_code sd_cuda_kda_scan(float *S, int n_slots, sd_dev_pos n0, int T, int H, int d, const float *qc, const float *kc,
                          const float *vc, const float *gate, const float *beta, const float *A_log, const float *dt_bias,
-                         float *y, cudaStream_t stream, sd_status *st);
+                         float *y, bool settled, cudaStream_t stream, sd_status *st);
 
 // (c) In place: y_h ← rmsnorm(y_h, o_norm, eps) ⊙ sigmoid(gb_h) per (token, head); y, gb (T, P).
 sd_code sd_cuda_kda_out(float *y, const float *gb, const float *o_norm, float eps, int T, int H, int d,

@@ -204,14 +204,16 @@ static size_t split_smem(int R, int dr) {
 template <int NK, int RX, int DRX>
 static __global__ void __launch_bounds__(MLA_THREADS, 2)
 split_kernel(const float *__restrict__ mq, const float *__restrict__ qabs, const float *__restrict__ c,
-             const float *__restrict__ kpe, int Hm, int dn, int dr_, int R_, sd_dev_pos at, int vec, float *__restrict__ part) {
+             const float *__restrict__ kpe, int Hm, int dn, int dr_, int R_, sd_dev_pos at, int vec, int settled,
+             float *__restrict__ part) {
     // RX, DRX: R and dr known at compile time (0: read at run time) — Kimi's 512 and 64 fold the
     // bounds checks and the shared-memory strides into the instructions.
     const int R = RX ? RX : R_, dr = DRX ? DRX : dr_;
     constexpr int NP = DRX ? (DRX + 31) / 32 : MLA_NP;
-    sd_pdl_enter();
+    sd_pdl_trigger();
+    if (!settled) sd_pdl_wait();
     extern __shared__ __align__(16) float sm[];
-    const int t = blockIdx.z, k = blockIdx.x, pos = sd_pos_read(at) + t;
+    const int t = blockIdx.z, k = blockIdx.x, pos0 = sd_pos_read(at), pos = pos0 + t;
     int nch, cs;
     mla_chunking(pos, &nch, &cs);
     if (k >= nch) return;
@@ -219,7 +221,19 @@ split_kernel(const float *__restrict__ mq, const float *__restrict__ qabs, const
     float *ct = sm, *kt = ct + 2 * MLA_TILE * R, *sc = kt + 2 * MLA_TILE * dr, *es = sc + MLA_HB * MLA_TILE;
     float *fs = es + MLA_HB * MLA_TILE;
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
-    split_load(ct, kt, c, kpe, a, min(MLA_TILE, b - a), R, dr, vec);
+    // Settled (mla.h): rows before pos0 are older than the forward, so the first two tiles start
+    // streaming before the wait when they hold none of this call's rows; the rest after it.
+    int issued = 0; // tiles whose copies are committed
+    for (; settled && issued < 2 && issued < ntile; issued++) {
+        const int j = a + issued * MLA_TILE, n = min(MLA_TILE, b - j);
+        if (j + n > pos0) break;
+        split_load(ct + (issued & 1) * MLA_TILE * R, kt + (issued & 1) * MLA_TILE * dr, c, kpe, j, n, R, dr, vec);
+    }
+    if (settled) sd_pdl_wait();
+    if (!issued) {
+        split_load(ct, kt, c, kpe, a, min(MLA_TILE, b - a), R, dr, vec);
+        issued = 1;
+    }
 
     // Score role: warp w, head hl = w % 4, tile rows 8·(w / 4) .. +7.
     const int hl = w % MLA_HB, r0 = (w / MLA_HB) * 8, h = blockIdx.y * MLA_HB + hl;
@@ -248,8 +262,11 @@ split_kernel(const float *__restrict__ mq, const float *__restrict__ qabs, const
         const int j0 = a + it * MLA_TILE, nj = min(MLA_TILE, b - j0);
         if (it + 1 < ntile) { // the next tile streams in while this one is used
             const int j1 = j0 + MLA_TILE;
-            split_load(ct + ((it + 1) & 1) * MLA_TILE * R, kt + ((it + 1) & 1) * MLA_TILE * dr, c, kpe, j1,
-                       min(MLA_TILE, b - j1), R, dr, vec);
+            if (issued == it + 1) {
+                split_load(ct + ((it + 1) & 1) * MLA_TILE * R, kt + ((it + 1) & 1) * MLA_TILE * dr, c, kpe, j1,
+                           min(MLA_TILE, b - j1), R, dr, vec);
+                issued++;
+            }
             __pipeline_wait_prior(1);
         } else {
             __pipeline_wait_prior(0);
@@ -384,8 +401,8 @@ merge_kernel(const void *__restrict__ kvb, const float *__restrict__ part, int H
 
 // ---------------------------------------------------------------------------- launcher
 extern "C" sd_code sd_cuda_mla_attend(float *mq, const sd_mat *kv_b, float *c, float *kpe, int T, int Hm, int dn, int dr,
-                                      int dv, int R, sd_dev_pos pos0, const sd_mla_write *write, float *qabs, float *part,
-                                      float *mo, cudaStream_t stream, sd_status *st) {
+                                      int dv, int R, sd_dev_pos pos0, bool settled, const sd_mla_write *write, float *qabs,
+                                      float *part, float *mo, cudaStream_t stream, sd_status *st) {
     SD_NVTX("sd_cuda_mla_attend");
     if (R < 1 || R > 32 * MLA_NK) return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda mla: kv_lora_rank %d outside 1..%d", R, 32 * MLA_NK);
     if (dr < 0 || dr > 32 * MLA_NP) return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda mla: qk_rope_head_dim %d outside 0..%d", dr, 32 * MLA_NP);
@@ -406,7 +423,7 @@ extern "C" sd_code sd_cuda_mla_attend(float *mq, const sd_mat *kv_b, float *c, f
     const size_t ss = split_smem(R, dr);
     const int vec = R % 4 == 0 && dr % 4 == 0 && ((uintptr_t)c & 15) == 0 && ((uintptr_t)kpe & 15) == 0;
     const int per = (R + 31) / 32;
-    void (*split)(const float *, const float *, const float *, const float *, int, int, int, int, sd_dev_pos, int, float *) =
+    void (*split)(const float *, const float *, const float *, const float *, int, int, int, int, sd_dev_pos, int, int, float *) =
         R == 512 && dr == 64 ? split_kernel<16, 512, 64>
         : per <= 1           ? split_kernel<1, 0, 0>
         : per <= 2           ? split_kernel<2, 0, 0>
@@ -415,7 +432,7 @@ extern "C" sd_code sd_cuda_mla_attend(float *mq, const sd_mat *kv_b, float *c, f
                              : split_kernel<16, 0, 0>;
     SD_CUDA_CHECK(st, sd_allow_smem((const void *)split, ss));
     SD_CUDA_CHECK(st, sd_launch(split, dim3(SD_MLA_SPLIT, sd_ceil_div(Hm, MLA_HB), T), MLA_THREADS, ss, stream, (const float *)mq,
-                                (const float *)qabs, (const float *)c, (const float *)kpe, Hm, dn, dr, R, pos0, vec, part));
+                                (const float *)qabs, (const float *)c, (const float *)kpe, Hm, dn, dr, R, pos0, vec, settled ? 1 : 0, part));
     const int mvec = ((size_t)R * es) % 16 == 0 && ((uintptr_t)kv_b->data & 15) == 0;
     const dim3 gm(sd_ceil_div(dv, MLA_VR), Hm, T);
     const cudaError_t e = bf16 ? sd_launch(merge_kernel<true>, gm, MLA_THREADS, merge_smem(R, es), stream, kv_b->data, (const float *)part, Hm, dn,

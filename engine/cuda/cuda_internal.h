@@ -17,6 +17,9 @@ sd_code sd_cuda_forward(const sd_model *m, sd_state *s, const int *tokens, int T
 // every layer, then the cursor advance (pending += T on the device; the host's side is the
 // caller's). Every launch on b->stream with no host sync unless opts asks for one (level-2
 // trace buckets, on_route) or b->moe_arm is the eager arm: otherwise capturable in a graph.
+// The caller starts it on a settled stream — every earlier launch complete (sd_cuda_forward
+// drains first; a graph launch follows its stream's work): its kernels read the state the
+// earlier forwards left (the cursor, KDA slot n0, conv rows) before their predecessor-wait (kda.h).
 sd_code sd_cuda_walk(sd_cuda_backend *b, const sd_model *m, sd_state *s, const int *tokens, int T,
                      const sd_forward_opts *opts, sd_status *st);
 // The end of sd_cuda_forward (head.c): rmsnorm + lm_head of the output rows (T, or row T-1 with

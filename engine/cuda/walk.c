@@ -52,10 +52,10 @@ static sd_code first_launch(const sd_lin_job *jobs, int n, int T, const sd_lin_n
 
 // KDA: the six projections of a in one launch (q, k, v, f_a, b, g_a), conv, the two low-rank
 // second halves in one launch (f_b, g_b), the recurrence (gates applied as it reads them), the
-// gated norm, o_proj.
+// gated norm, o_proj. settled: called by the walk, whose forward began drained (kda.h).
 static sd_code kda_mixer(sd_cuda_backend *b, const sd_kda_weights *w, const sd_config *c, sd_state *s, int layer,
-                         const float *a, int T, float *out, bool accumulate, const sd_lin_norm *norm, trace_burst *tb,
-                         sd_status *st) {
+                         const float *a, int T, float *out, bool accumulate, const sd_lin_norm *norm, bool settled,
+                         trace_burst *tb, sd_status *st) {
     const int H = c->kda_num_heads, d = c->kda_head_dim, W = c->short_conv_kernel_size;
     const sd_dev_pos pos0 = sd_pos_cursor(s->cursor); // read on the device: sd_state_next_pos(s)
     cudaStream_t q = b->stream;
@@ -65,14 +65,14 @@ static sd_code kda_mixer(sd_cuda_backend *b, const sd_kda_weights *w, const sd_c
                              job(&w->b, a, x->beta, SD_LIN_STORE),  job(&w->g_a, a, x->ga, SD_LIN_STORE)};
     TRY(first_launch(in, 6, T, norm, q, st));
     TRY(sd_cuda_kda_conv(s->kda[layer].conv, s->max_T + W - 1, x->q, x->k, x->v, w->q_conv, w->k_conv, w->v_conv, T, H,
-                         d, W, pos0, x->qc, x->kc, x->vc, q, st));
+                         d, W, pos0, settled, x->qc, x->kc, x->vc, q, st));
     const sd_lin_job low[] = {job(&w->f_b, x->fa, x->gate, SD_LIN_STORE), job(&w->g_b, x->ga, x->gb, SD_LIN_STORE)};
     TRY(sd_cuda_linear_multi(low, 2, T, q, st));
     // The recurrence (state slots pos0+1 .. pos0+T), applying the gates as it reads them:
     // g = -exp(A_log) · softplus(f_b·(f_a·a) + dt_bias), β = sigmoid(b·a).
     uint64_t t_scan = bucket_start(b, tb);
     TRY(sd_cuda_kda_scan(s->kda[layer].S, s->max_T + 1, pos0, T, H, d, x->qc, x->kc, x->vc, x->gate, x->beta, w->A_log,
-                         w->dt_bias, x->y, q, st));
+                         w->dt_bias, x->y, settled, q, st));
     bucket_stop(b, tb, TRACE_BUCKET_SCAN, t_scan);
     // Output: rmsnorm(o_h, o_norm) ⊙ sigmoid(g_b·(g_a·a)), then o_proj.
     TRY(sd_cuda_kda_out(x->y, x->gb, w->o_norm, c->rms_norm_eps, T, H, d, q, st));
@@ -82,12 +82,14 @@ static sd_code kda_mixer(sd_cuda_backend *b, const sd_kda_weights *w, const sd_c
 
 sd_code sd_cuda_kda_forward(sd_cuda_backend *b, const sd_kda_weights *w, const sd_config *c, sd_state *s, int layer,
                             const float *a, int T, float *out, trace_burst *tb, sd_status *st) {
-    return kda_mixer(b, w, c, s, layer, a, T, out, false, NULL, tb, st);
+    return kda_mixer(b, w, c, s, layer, a, T, out, false, NULL, false, tb, st);
 }
 
 // MLA: q and kv_a in one launch, the cache write folded into the absorbed attention, o_proj.
+// settled: as kda_mixer's.
 static sd_code mla_mixer(sd_cuda_backend *b, const sd_mla_weights *w, const sd_config *c, sd_state *s, int layer,
-                         const float *a, int T, float *out, bool accumulate, const sd_lin_norm *norm, sd_status *st) {
+                         const float *a, int T, float *out, bool accumulate, const sd_lin_norm *norm, bool settled,
+                         sd_status *st) {
     const int Hm = c->num_attention_heads, R = c->kv_lora_rank, dn = c->qk_nope_head_dim;
     const int dr = c->qk_rope_head_dim, dv = c->v_head_dim;
     const sd_dev_pos pos0 = sd_pos_cursor(s->cursor); // read on the device: sd_state_next_pos(s)
@@ -98,7 +100,7 @@ static sd_code mla_mixer(sd_cuda_backend *b, const sd_mla_weights *w, const sd_c
     TRY(first_launch(in, 2, T, norm, q, st));
     const sd_mla_write write = {.kv = x->kv, .kv_norm = w->kv_a_norm, .eps = c->rms_norm_eps, .rope = !c->mla_use_nope,
                                 .theta = c->rope_theta};
-    TRY(sd_cuda_mla_attend(x->mq, &w->kv_b, m->c, m->kpe, T, Hm, dn, dr, dv, R, pos0, &write, x->qabs, x->mla_part, x->mo, q,
+    TRY(sd_cuda_mla_attend(x->mq, &w->kv_b, m->c, m->kpe, T, Hm, dn, dr, dv, R, pos0, settled, &write, x->qabs, x->mla_part, x->mo, q,
                            st));
     const sd_lin_job o = job(&w->o, x->mo, out, out_mode(accumulate));
     return sd_cuda_linear_multi(&o, 1, T, q, st);
@@ -106,7 +108,7 @@ static sd_code mla_mixer(sd_cuda_backend *b, const sd_mla_weights *w, const sd_c
 
 sd_code sd_cuda_mla_forward(sd_cuda_backend *b, const sd_mla_weights *w, const sd_config *c, sd_state *s, int layer,
                             const float *a, int T, float *out, sd_status *st) {
-    return mla_mixer(b, w, c, s, layer, a, T, out, false, NULL, st);
+    return mla_mixer(b, w, c, s, layer, a, T, out, false, NULL, false, st);
 }
 
 // Dense SwiGLU FFN: gate+up+silu in one launch, down (+ the residual add) in another.
@@ -247,11 +249,11 @@ static sd_code layer_forward(sd_cuda_backend *b, const sd_model *m, sd_state *s,
     sd_code rc;
     if (ly->mixer == SD_MIXER_KDA) {
         TRACE_RANGE_PUSH("kda");
-        rc = kda_mixer(b, &ly->kda, c, s, i, x->a, T, x->x, true, &in_norm, tb, st);
+        rc = kda_mixer(b, &ly->kda, c, s, i, x->a, T, x->x, true, &in_norm, true, tb, st);
         bucket_stop(b, tb, TRACE_BUCKET_VKDA, t0);
     } else {
         TRACE_RANGE_PUSH("mla");
-        rc = mla_mixer(b, &ly->mla, c, s, i, x->a, T, x->x, true, &in_norm, st);
+        rc = mla_mixer(b, &ly->mla, c, s, i, x->a, T, x->x, true, &in_norm, true, st);
         bucket_stop(b, tb, TRACE_BUCKET_VMLA, t0);
     }
     TRACE_RANGE_POP();
