@@ -39,9 +39,10 @@ typedef struct {
     const float *x;
     float *y;
     int rows, cols, ldx, ldy, mode, bf16, bf16_2, xfast, blk0;
-    int rpw;   // weight rows per warp: 2 for STORE/ADD jobs from 3 tokens up (x loads shared by both),
-               // and for those of a launch with the norm fused (half the blocks: half the norm
-               // prologues) — 1 in a BULK launch where two would pass LIN_BULK_MAX
+    int rpw;   // weight rows per warp, dotted two at a time: 2 for STORE/ADD jobs from 3 tokens up (x
+               // loads shared by both), and for those of a launch with the norm fused (half the
+               // blocks: half the norm prologues); more for narrow rows (narrow_rpw); 1 for SwiGLU
+               // jobs and in a BULK launch where two would pass LIN_BULK_MAX
     int x_norm; // x is the fused norm's output: read the block's shared copy
 } lin_seg;
 
@@ -149,28 +150,50 @@ linear_kernel(const __grid_constant__ lin_params p) {
     sd_pdl_wait();
     if (p.nn) lin_norm(p, a_sh);
     else if (BULK) __syncthreads(); // the barrier is initialised before any thread waits on it
-    const int wi = (threadIdx.x >> 5) * s.rpw, row = first + wi; // the warp's first row (in the block, in the matrix)
-    if (row >= s.rows) return;                                     // whole warp
-    const bool two = glu || (s.rpw == 2 && row + 1 < s.rows);
-    float acc[2][TMAX];
-#pragma unroll
-    for (int t = 0; t < TMAX; t++) acc[0][t] = acc[1][t] = 0.0f;
     const sd_lin_rows xs = {s.x_norm ? a_sh : s.x, s.x_norm ? (size_t)p.nn : (size_t)s.ldx};
-    if (BULK) {
-        sd_bulk_wait(bar, 0);
-        const char *w0 = (const char *)wt + (size_t)wi * pitch;
-        const char *w1 = !two ? nullptr : glu ? (const char *)wt + (size_t)SD_LIN_WARPS * s.rpw * pitch + (size_t)wi * pitch2
-                                              : w0 + pitch;
-        lin_dot_shared<TMAX>(w0, s.bf16, w1, glu ? s.bf16_2 : s.bf16, s.cols, xs, p.T, acc);
-    } else {
-        const void *w0 = (const char *)s.w + (size_t)row * pitch;
-        const void *w1 = !two ? nullptr : glu ? (const char *)s.w2 + (size_t)row * pitch2 : (const char *)w0 + pitch;
-        sd_lin_dot<TMAX>(w0, s.bf16, w1, glu ? s.bf16_2 : s.bf16, s.cols, xs, p.T, s.x_norm ? true : s.xfast, acc);
+    if (BULK) sd_bulk_wait(bar, 0);
+    // The warp's rows wi .. wi+rpw-1 of the block, two at a time (a SwiGLU job: its one gate/up pair).
+    for (int rr = 0; rr < s.rpw; rr += 2) {
+        const int wi = (threadIdx.x >> 5) * s.rpw + rr, row = first + wi; // in the block, in the matrix
+        if (row >= s.rows) return;                                          // whole warp
+        const bool two = glu || (rr + 1 < s.rpw && row + 1 < s.rows);
+        float acc[2][TMAX];
+#pragma unroll
+        for (int t = 0; t < TMAX; t++) acc[0][t] = acc[1][t] = 0.0f;
+        if (BULK) {
+            const char *w0 = (const char *)wt + (size_t)wi * pitch;
+            const char *w1 = !two ? nullptr
+                             : glu ? (const char *)wt + (size_t)SD_LIN_WARPS * s.rpw * pitch + (size_t)wi * pitch2
+                                   : w0 + pitch;
+            lin_dot_shared<TMAX>(w0, s.bf16, w1, glu ? s.bf16_2 : s.bf16, s.cols, xs, p.T, acc);
+        } else {
+            const void *w0 = (const char *)s.w + (size_t)row * pitch;
+            const void *w1 = !two ? nullptr : glu ? (const char *)s.w2 + (size_t)row * pitch2 : (const char *)w0 + pitch;
+            sd_lin_dot<TMAX>(w0, s.bf16, w1, glu ? s.bf16_2 : s.bf16, s.cols, xs, p.T, s.x_norm ? true : s.xfast, acc);
+        }
+        lin_store<TMAX>(s, row, two, p.T, acc);
     }
-    lin_store<TMAX>(s, row, two, p.T, acc);
 }
 
 static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+// Narrow rows (at most LIN_NARROW_BYTES): enough rows a warp that the job's blocks fit one wave
+// of the device's multiprocessors (up to LIN_NARROW_RPW). A grid of several waves of tiny blocks
+// costs its block turnover, and its successor launches only once its last wave has started
+// (pdl.h): the f_b/g_b launch of kimi-linear KDA (8192 rows of 128) took 1024 blocks.
+#define LIN_NARROW_BYTES 1024
+#define LIN_NARROW_RPW 32
+static int narrow_rpw(const sd_lin_job *j, int rpw) {
+    static int sms[64]; // multiprocessors per device ordinal, read once
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return rpw;
+    if (!sms[dev] && cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) sms[dev] = 0;
+    const size_t pitch = (size_t)j->w->cols * (j->w->dtype == SD_DT_BF16 ? 2 : 4);
+    if (j->mode == SD_LIN_SWIGLU || pitch > LIN_NARROW_BYTES || sms[dev] < 1) return rpw;
+    int want = sd_ceil_div(j->w->rows, SD_LIN_WARPS * sms[dev]);
+    want = want < LIN_NARROW_RPW ? want + (want & 1) : LIN_NARROW_RPW;
+    return want > rpw ? want : rpw;
+}
 
 static sd_code check_mat(const sd_mat *w, sd_status *st) {
     if (w->dtype != SD_DT_BF16 && w->dtype != SD_DT_F32)
@@ -208,7 +231,8 @@ static sd_code launch(const sd_lin_job *jobs, int n, int t0, int T, const sd_lin
     bool bulk = T <= 2;
     for (int i = 0; i < n && bulk; i++)
         if (jobs[i].w->rows >= 1 && jobs[i].w->cols >= 1)
-            bulk = bulk_rpw(&jobs[i], !(jobs[i].mode == SD_LIN_SWIGLU) && norm ? 2 : 1, norm && jobs[i].x == norm->out) > 0;
+            bulk = bulk_rpw(&jobs[i], narrow_rpw(&jobs[i], !(jobs[i].mode == SD_LIN_SWIGLU) && norm ? 2 : 1),
+                            norm && jobs[i].x == norm->out) > 0;
     int blocks = 0;
     size_t tile = 0;
     for (int i = 0; i < n; i++) {
@@ -216,7 +240,7 @@ static sd_code launch(const sd_lin_job *jobs, int n, int t0, int T, const sd_lin
         lin_seg *s = &p.s[p.n];
         if (j->w->rows < 1 || j->w->cols < 1) continue;
         const bool x_norm = norm && j->x == norm->out, glu = j->mode == SD_LIN_SWIGLU;
-        const int rpw0 = !glu && (T >= 3 || norm) ? 2 : 1, rpw = bulk ? bulk_rpw(j, rpw0, x_norm) : rpw0;
+        const int rpw0 = narrow_rpw(j, !glu && (T >= 3 || norm) ? 2 : 1), rpw = bulk ? bulk_rpw(j, rpw0, x_norm) : rpw0;
         *s = (lin_seg){.w = j->w->data, .w2 = glu ? j->w2->data : nullptr,
                        .x = j->x + (size_t)t0 * j->ldx, .y = j->y + (size_t)t0 * j->ldy, .rows = j->w->rows,
                        .cols = j->w->cols, .ldx = j->ldx, .ldy = j->ldy, .mode = (int)j->mode,
