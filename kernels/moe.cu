@@ -11,7 +11,7 @@
 //            Otherwise a warp per token: group scores per lane, kept groups by the CPU's
 //            take_max, then K rounds of a warp arg-max over the keys held in registers. The
 //            grouping ranks the T·K entries (O((T·K)²) compares, no pass over the E experts).
-//   up:      grid (Ie rows / 8, group [+ one row of blocks for the shared expert]); per expert
+//   up:      grid (Ie rows / 8, [one row of blocks for the shared expert, then] group); per expert
 //            row a warp computes the gate dot and another the up dot over all the group's tokens (linear.cuh, one weight read for the tokens),
 //            then silu(g)·u — the dense FFN's SWIGLU Linear arithmetic. From two tokens up the
 //            block's rows are bulk-copied into shared memory first (BULK below).
@@ -327,10 +327,15 @@ static __global__ void select_rank_kernel(const float *__restrict__ logits, cons
         s[q] = sv;
     }
     __syncthreads();
-    if (live) {
+    if (live) { // rank = the count of larger keys: four keys (two 16-byte loads) an iteration when aligned
         const unsigned long long mine = key[q], *kt = key + (size_t)t * E;
-        int rank = 0;
-        for (int e2 = 0; e2 < E; e2++) rank += kt[e2] > mine;
+        int rank = 0, e2 = 0;
+        if ((((uintptr_t)kt) & 15) == 0)
+            for (; e2 + 4 <= E; e2 += 4) {
+                const ulonglong2 a = *(const ulonglong2 *)(kt + e2), b2 = *(const ulonglong2 *)(kt + e2 + 2);
+                rank += (a.x > mine) + (a.y > mine) + (b2.x > mine) + (b2.y > mine);
+            }
+        for (; e2 < E; e2++) rank += kt[e2] > mine;
         if (rank < K) sel_sh[t * K + rank] = e;
     }
     __syncthreads();
@@ -406,9 +411,11 @@ static __global__ void __launch_bounds__(MOE_WARPS * 32, BULK && TMAX <= 2 ? 3 :
 moe_up_kernel(const __grid_constant__ moe_params p, int g_lo, int ent_lo, int ent_hi, int with_shared) {
     __shared__ float gu[2][UP_ROWS][TMAX];
     extern __shared__ __align__(128) unsigned char up_sm[]; // BULK: UP_ROWS gate rows, UP_ROWS up rows, the barrier
-    // The last row of blocks, when with_shared: the shared expert's hs for every token. It reads
-    // only x, written before the selection's launch let this one start: no wait (moe.h).
-    const bool shared = with_shared && (int)blockIdx.y == (int)gridDim.y - 1;
+    // The first row of blocks, when with_shared: the shared expert's hs for every token. It reads
+    // only x, written before the selection's launch let this one start: no wait (moe.h). First,
+    // because blocks are dispatched in index order: so they are the ones resident while the
+    // selection runs, and the routed blocks (which wait for it) come after them.
+    const bool shared = with_shared && blockIdx.y == 0;
     const moe_layout L(p.T, p.K, p.E);
     const int *ent = L.ent(p.groups);
     int p0 = 0, p1 = p.T, rows = p.s_rows;
@@ -419,7 +426,7 @@ moe_up_kernel(const __grid_constant__ moe_params p, int g_lo, int ent_lo, int en
         // grouping (the selection's output) before its own (moe_down_kernel).
         sd_pdl_wait();
         sd_pdl_trigger();
-        const int g = g_lo + (int)blockIdx.y;
+        const int g = g_lo + (int)blockIdx.y - (with_shared ? 1 : 0);
         if (g >= p.groups[0]) return; // whole block
         const int *gstart = L.gstart(p.groups);
         p0 = max(gstart[g], ent_lo);
