@@ -23,8 +23,13 @@
 //            (optionally added into the residual stream). Measured on the H200 (bench_gpu_e2e,
 //            kimi-linear-48b-a3b): decode 2.967 -> 2.862 ms, verify T=5 9.40 -> 8.83 ms, against a
 //            block per 8 rows of every unit with L2 prefetches issued after the wait.
-// Tried and not kept (2026-11-29, kimi-linear-48b-a3b decode): the up launch's last blocks
-// bulk-prefetching the selected experts' down matrices into L2 as they finish: 2.999 -> 3.146 ms
+// Tried and not kept (2026-11-29, kimi-linear-48b-a3b decode): the up launch's first-wave routed
+// blocks guessing their expert from the router logits while the selection runs (select_rank's
+// keys, the g-th smallest chosen id) to bulk-prefetch their rows into L2 before their wait: up
+// increment 27.3 -> 26.7 µs, select 5.3 -> 5.8 µs (bench/ktrace.c), the step unchanged (2.831 ->
+// 2.846 ms) — the prefetches take the bandwidth the shared expert's blocks were using. The up
+// launch's last blocks bulk-prefetching the selected experts' down matrices into L2 as they
+// finish: 2.999 -> 3.146 ms
 // (the moe block 59.3 -> 66.5 µs). Before that: the selection as the tail of the
 // router's Linear launch (its last block to finish selects, after a threadfence + atomic ticket)
 // instead of a launch of its own: same bits, but the step went 3.72 -> 3.82 ms — programmatic
