@@ -19,8 +19,9 @@ extern "C" {
 #include <utility> // std::forward
 
 // Programmatic dependent launch (pdl.h). A kernel launched by sd_launch starts with
-// sd_pdl_enter() (or sd_pdl_trigger(), its own prologue on never-written data, then
-// sd_pdl_wait()) before its first read of anything a kernel wrote and its first write.
+// sd_pdl_enter() (or sd_pdl_trigger(), its own prologue on never-written or settled data — pdl.h
+// — then sd_pdl_wait()) before its first read of anything this forward's kernels wrote and its
+// first write.
 __device__ __forceinline__ void sd_pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 __device__ __forceinline__ void sd_pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void sd_pdl_enter() {

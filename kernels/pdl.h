@@ -1,10 +1,12 @@
 // pdl.h — programmatic dependent launch (sm_90) for the layer walk's kernels. Each walk kernel
 // lets its successor launch as soon as all of its own blocks are running (griddepcontrol
 // .launch_dependents) and waits for its predecessor's completion and memory (griddepcontrol
-// .wait) before it reads anything a kernel wrote; a Linear first bulk-prefetches its weight rows
-// into L2 from 4 tokens up, which no kernel writes. So each launch overlaps the previous
-// kernel's tail instead of following it, and no result can change: every read of a kernel's
-// output comes after the wait. bench_gpu_e2e times the modes against each other.
+// .wait) before it reads anything a kernel of its forward wrote; before the wait it may read
+// what no kernel writes (weights: Linear and MoE blocks bulk-copy theirs) and, in the layer walk,
+// what earlier forwards left (settled: the walk starts on a drained stream — the cursor, the KDA
+// slot n0 and conv rows, the MLA cache rows before pos0; kda.h, mla.h). So each launch overlaps
+// the previous kernel's tail instead of following it, and no result can change: every read of
+// this forward's outputs comes after the wait. bench_gpu_e2e times the modes against each other.
 #pragma once
 
 #ifdef __cplusplus
