@@ -47,20 +47,18 @@ static __global__ void conv_kernel(float *__restrict__ rows, int n_rows, const f
         float tw[CONV_WMAX], xv[CONV_WMAX];
 #pragma unroll
         for (int j = 0; j < CONV_WMAX; j++) tw[j] = c < d && j < W ? taps[(size_t)ch * W + j] : 0.0f;
-        if (settled)
+        auto load_ring = [&]() { // the window's positions before pos0
 #pragma unroll
             for (int j = 0; j < CONV_WMAX; j++) {
                 const int p = pos - (W - 1) + j;
                 xv[j] = c < d && j < W && p >= 0 && p < pos0 ? ring[(size_t)(p % n_rows) * 3 * P] : 0.0f;
             }
+        };
+        if (settled) load_ring();
         sd_pdl_wait();
         if (!settled) {
             pos0 = sd_pos_read(at), pos = pos0 + t;
-#pragma unroll
-            for (int j = 0; j < CONV_WMAX; j++) {
-                const int p = pos - (W - 1) + j;
-                xv[j] = c < d && j < W && p >= 0 && p < pos0 ? ring[(size_t)(p % n_rows) * 3 * P] : 0.0f;
-            }
+            load_ring();
         }
 #pragma unroll
         for (int j = 0; j < CONV_WMAX; j++) {
