@@ -16,6 +16,12 @@
 //          difference); every order depends on d alone, never on T (verify ≡ decode bit for bit).
 //          bench/kda_lab.cu times the versions (the producer/chain kernel this replaced included).
 //   out:   one block per (head, token): RMSNorm over d (fixed-order block sum) ⊙ sigmoid(gb).
+// Tried and not kept (2026-11-29, kimi-linear-48b-a3b decode): the conv, the f_b/g_b Linears and
+// the scan folded into one launch per tiled-scan block (each block bulk-copying its head's f_b
+// rows and its g_b rows, then conv, gate dots, recurrence), bit for bit the three launches, but
+// the step went 2.83 -> 2.91 ms: its 68 KB of shared memory keeps it from becoming resident
+// beside the in-projection's blocks, and conv, dots and recurrence serialise after the wait
+// (critical-path increment 15.6 µs against 12.1 for the three launches, bench/ktrace.c).
 #include "kda.h"
 #include "common.cuh"
 #include <cuda_pipeline.h> // __pipeline_memcpy_async, _commit, _wait_prior
