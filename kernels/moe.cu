@@ -29,8 +29,11 @@
 // increment 27.3 -> 26.7 µs, select 5.3 -> 5.8 µs (bench/ktrace.c), the step unchanged (2.831 ->
 // 2.846 ms) — the prefetches take the bandwidth the shared expert's blocks were using. The up
 // launch's last blocks bulk-prefetching the selected experts' down matrices into L2 as they
-// finish: 2.999 -> 3.146 ms
-// (the moe block 59.3 -> 66.5 µs). Before that: the selection as the tail of the
+// finish: 2.999 -> 3.146 ms (the moe block 59.3 -> 66.5 µs). A resident down grid (block b taking items b, b+G, ... through
+// 2-4 bulk-copied stages, the next copy issued as soon as a stage is read; same dots, tickets
+// and bits): decode 2.791 -> 2.967 ms at 3 blocks × 2 stages a multiprocessor, 3.041 at 2 × 3,
+// 3.073 at 2 × 2, 3.429 at 1 × 4 — more blocks in flight beat deeper stages: each item's
+// dot-fence-ticket chain, not the copies, bounds it. Before that: the selection as the tail of the
 // router's Linear launch (its last block to finish selects, after a threadfence + atomic ticket)
 // instead of a launch of its own: same bits, but the step went 3.72 -> 3.82 ms — programmatic
 // dependent launch (pdl.h) already hides the select launch, and the tail serialises behind the
@@ -536,6 +539,70 @@ __device__ __forceinline__ down_unit down_unit_of(const moe_params &p, const int
     return d;
 }
 
+// Can thread 0 bulk-copy the unit's nrow rows into a stage of `room` bytes? Block-uniform.
+__device__ __forceinline__ bool down_bulk(const down_unit &d, int nrow, size_t room) {
+    const size_t pitch = (size_t)d.cols * (d.bf16 ? 2 : 4);
+    return d.bf16 && ((uintptr_t)d.w & 15) == 0 && pitch % 16 == 0 && nrow * pitch <= room;
+}
+
+// The unit's nrow rows (in shared memory at wsm once `bar` completes `parity`, when bulk; else
+// global) dotted against its activation row into d.dst, DOWN_ROWS_PER_WARP rows a warp; each
+// writing lane then fences its outputs for the ticket. Every thread calls it.
+__device__ __forceinline__ void down_dot(const down_unit &d, int nrow, bool bulk, const unsigned char *wsm, uint64_t *bar,
+                                         uint32_t parity) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r0 = warp * DOWN_ROWS_PER_WARP;
+    if (r0 >= nrow) return;
+    const size_t pitch = (size_t)d.cols * (d.bf16 ? 2 : 4);
+    float acc[DOWN_ROWS_PER_WARP][1];
+#pragma unroll
+    for (int r = 0; r < DOWN_ROWS_PER_WARP; r++) acc[r][0] = 0.0f;
+    const sd_lin_rows xs = {d.x, 0};
+    const char *wr[DOWN_ROWS_PER_WARP]; // spare rows repeat the last
+#pragma unroll
+    for (int r = 0; r < DOWN_ROWS_PER_WARP; r++)
+        wr[r] = (bulk ? (const char *)wsm : d.w) + (size_t)min(r0 + r, nrow - 1) * pitch;
+    if (bulk) sd_bulk_wait(bar, parity);
+    if (bulk && ((uintptr_t)d.x & 15) == 0) {
+        sd_lin_dot_fast<1, DOWN_ROWS_PER_WARP, true, 2, sd_lin_rows, true>(wr, d.cols, xs, 1, acc);
+    } else {
+#pragma unroll
+        for (int r = 0; r < DOWN_ROWS_PER_WARP; r++) {
+            if (d.bf16) sd_lin_dot_any<1, true>(wr[r], d.cols, xs, 1, acc[r]);
+            else sd_lin_dot_any<1, false>(wr[r], d.cols, xs, 1, acc[r]);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < DOWN_ROWS_PER_WARP; r++) {
+        if (r0 + r >= nrow) break;
+        const float v = sd_warp_sum(acc[r][0]);
+        if (lane == 0) d.dst[r0 + r] = v;
+    }
+    if (lane == 0) __threadfence(); // the outputs, then the ticket
+}
+
+// The combine of output rows o0 .. o0+nrow-1 for every token, in the CPU's order, by the block
+// whose unit was the row block's last (other blocks' outputs read from L2).
+__device__ __forceinline__ void down_combine(const moe_params &p, int o0, int nrow) {
+    __threadfence();
+    for (int i = threadIdx.x; i < nrow * p.T; i += blockDim.x) {
+        const int o = o0 + i % nrow, t = i / nrow;
+        float acc = 0.0f;
+        for (int j = 0; j < p.K; j++)
+            acc = __fadd_rn(acc, __fmul_rn(p.w[(size_t)t * p.K + j], __ldcg(p.exp_out + ((size_t)t * p.K + j) * p.D + o)));
+        if (p.sdw) acc = __fadd_rn(acc, __ldcg(p.shared_out + (size_t)t * p.D + o));
+        float *y = p.out + (size_t)t * p.D + o;
+        *y = p.accumulate ? __fadd_rn(*y, acc) : acc;
+    }
+}
+
+// Thread 0: counts this unit into row block rb's ticket; true for the last of `units` (which
+// returns the ticket to zero: every unit has counted).
+__device__ __forceinline__ bool down_ticket(int *tickets, int rb, int units) {
+    const bool last = atomicAdd(&tickets[rb], 1) == units - 1;
+    if (last) tickets[rb] = 0;
+    return last;
+}
+
 // Block: DOWN_ROWS output rows o0.. of one unit (grid: D / DOWN_ROWS row blocks × the units, at
 // least one), DOWN_ROWS_PER_WARP rows a warp, dotted against the unit's one activation row.
 // Thread 0 bulk-copies the unit's rows (contiguous) into shared memory BEFORE the wait for the
@@ -550,70 +617,30 @@ moe_down_kernel(const __grid_constant__ moe_params p, int ent_lo, int ent_hi, in
     extern __shared__ __align__(128) unsigned char down_sm[]; // the unit's rows (BULK)
     __shared__ uint64_t bar;
     __shared__ int last;
-    const int o0 = blockIdx.x * DOWN_ROWS, nrow = min(DOWN_ROWS, p.D - o0), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int o0 = blockIdx.x * DOWN_ROWS, nrow = min(DOWN_ROWS, p.D - o0);
     const moe_layout L(p.T, p.K, p.E);
     const bool has_unit = (int)blockIdx.y < units; // block-uniform; false: a combine-only launch
     const down_unit d = has_unit ? down_unit_of(p, L.ent(p.groups), L.ent_e(p.groups), ent_lo, ent_hi - ent_lo,
                                                 (int)blockIdx.y, o0)
                                  : down_unit{};
-    const size_t pitch = (size_t)d.cols * (d.bf16 ? 2 : 4);
-    const bool bulk = has_unit && d.bf16 && ((uintptr_t)d.w & 15) == 0 && pitch % 16 == 0 &&
-                      nrow * pitch <= p.down_smem; // block-uniform
+    const bool bulk = has_unit && down_bulk(d, nrow, p.down_smem);
     if (bulk && threadIdx.x == 0) {
+        const uint32_t bytes = (uint32_t)(nrow * (size_t)d.cols * 2);
         sd_bulk_init(&bar);
-        sd_bulk_expect(&bar, (uint32_t)(nrow * pitch));
-        sd_bulk_copy(down_sm, d.w, (uint32_t)(nrow * pitch), &bar);
+        sd_bulk_expect(&bar, bytes);
+        sd_bulk_copy(down_sm, d.w, bytes, &bar);
     }
     sd_pdl_trigger();
     sd_pdl_wait();
     __syncthreads(); // the barrier is initialised before any thread waits on it
-    const int r0 = warp * DOWN_ROWS_PER_WARP;
-    if (has_unit && r0 < nrow) {
-        float acc[DOWN_ROWS_PER_WARP][1];
-#pragma unroll
-        for (int r = 0; r < DOWN_ROWS_PER_WARP; r++) acc[r][0] = 0.0f;
-        const sd_lin_rows xs = {d.x, 0};
-        const char *wr[DOWN_ROWS_PER_WARP]; // spare rows repeat the last
-#pragma unroll
-        for (int r = 0; r < DOWN_ROWS_PER_WARP; r++)
-            wr[r] = (bulk ? (const char *)down_sm : d.w) + (size_t)min(r0 + r, nrow - 1) * pitch;
-        if (bulk) sd_bulk_wait(&bar, 0);
-        if (bulk && ((uintptr_t)d.x & 15) == 0) {
-            sd_lin_dot_fast<1, DOWN_ROWS_PER_WARP, true, 2, sd_lin_rows, true>(wr, d.cols, xs, 1, acc);
-        } else {
-#pragma unroll
-            for (int r = 0; r < DOWN_ROWS_PER_WARP; r++) {
-                if (d.bf16) sd_lin_dot_any<1, true>(wr[r], d.cols, xs, 1, acc[r]);
-                else sd_lin_dot_any<1, false>(wr[r], d.cols, xs, 1, acc[r]);
-            }
-        }
-#pragma unroll
-        for (int r = 0; r < DOWN_ROWS_PER_WARP; r++) {
-            if (r0 + r >= nrow) break;
-            const float v = sd_warp_sum(acc[r][0]);
-            if (lane == 0) d.dst[r0 + r] = v;
-        }
-        if (lane == 0) __threadfence(); // the outputs, then the ticket
-    }
+    if (has_unit) down_dot(d, nrow, bulk, down_sm, &bar, 0);
     if (!combine) return;
     __syncthreads();
-    if (threadIdx.x == 0) {
-        last = atomicAdd(&tickets[blockIdx.x], 1) == (int)gridDim.y - 1;
-        if (last) tickets[blockIdx.x] = 0; // every block of the row block has counted
-    }
+    if (threadIdx.x == 0) last = down_ticket(tickets, blockIdx.x, (int)gridDim.y);
     __syncthreads();
-    if (!last) return;
-    __threadfence();
-    for (int i = threadIdx.x; i < nrow * p.T; i += blockDim.x) { // other blocks' outputs: read from L2
-        const int o = o0 + i % nrow, t = i / nrow;
-        float acc = 0.0f;
-        for (int j = 0; j < p.K; j++)
-            acc = __fadd_rn(acc, __fmul_rn(p.w[(size_t)t * p.K + j], __ldcg(p.exp_out + ((size_t)t * p.K + j) * p.D + o)));
-        if (p.sdw) acc = __fadd_rn(acc, __ldcg(p.shared_out + (size_t)t * p.D + o));
-        float *y = p.out + (size_t)t * p.D + o;
-        *y = p.accumulate ? __fadd_rn(*y, acc) : acc;
-    }
+    if (last) down_combine(p, o0, nrow);
 }
+
 
 static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
@@ -691,8 +718,8 @@ extern "C" sd_code sd_cuda_moe_down(const sd_cuda_moe_args *a, int ent_lo, int e
     const int cols = a->shared_down && a->shared_down->cols > a->Ie ? a->shared_down->cols : a->Ie;
     p.down_smem = (size_t)DOWN_ROWS * cols * 2; // bf16 rows
     if (p.down_smem > DOWN_SMEM_MAX) p.down_smem = 0;
-    SD_CUDA_CHECK(st, sd_allow_smem((const void *)moe_down_kernel, p.down_smem));
     const int units = (ent_hi - ent_lo) + (combine && a->shared_down ? a->T : 0);
+    SD_CUDA_CHECK(st, sd_allow_smem((const void *)moe_down_kernel, p.down_smem));
     SD_CUDA_CHECK(st, sd_launch(moe_down_kernel, dim3(sd_ceil_div(a->D, DOWN_ROWS), units > 1 ? units : 1),
                                 DOWN_ROWS / DOWN_ROWS_PER_WARP * 32, p.down_smem, stream, p, ent_lo, ent_hi, units,
                                 combine ? 1 : 0, a->tickets));
