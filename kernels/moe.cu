@@ -27,7 +27,10 @@
 // blocks guessing their expert from the router logits while the selection runs (select_rank's
 // keys, the g-th smallest chosen id) to bulk-prefetch their rows into L2 before their wait: up
 // increment 27.3 -> 26.7 µs, select 5.3 -> 5.8 µs (bench/ktrace.c), the step unchanged (2.831 ->
-// 2.846 ms) — the prefetches take the bandwidth the shared expert's blocks were using. The up
+// 2.846 ms) — the prefetches take the bandwidth the shared expert's blocks were using; nor did
+// the same guess start the rows' bulk copies into shared memory before the wait (BULK at one
+// token, a wrong guess re-copied after it): up increment 27.9 µs either way, the step 2.793 ms
+// against 2.791 — HBM is already busy with the shared expert during the selection. The up
 // launch's last blocks bulk-prefetching the selected experts' down matrices into L2 as they
 // finish: 2.999 -> 3.146 ms (the moe block 59.3 -> 66.5 µs). A resident down grid (block b taking items b, b+G, ... through
 // 2-4 bulk-copied stages, the next copy issued as soon as a stage is read; same dots, tickets
