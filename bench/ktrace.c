@@ -24,7 +24,7 @@ typedef struct {
 } kt_row;
 
 static kt_row *rows;
-static size_t n_rows, cap_rows;
+static size_t n_rows, cap_rows, n_dropped; // dropped: records no memory was left for
 static int tracing;
 static CUpti_SubscriberHandle subscriber;
 
@@ -44,7 +44,10 @@ static void keep(const CUpti_ActivityKernel10 *k) {
     if (n_rows == cap_rows) {
         const size_t cap = cap_rows ? 2 * cap_rows : 4096;
         kt_row *r = realloc(rows, cap * sizeof *r);
-        if (!r) return;
+        if (!r) {
+            n_dropped++;
+            return;
+        }
         rows = r;
         cap_rows = cap;
     }
@@ -86,6 +89,7 @@ static void write_csv(void) {
     }
     if (f != stdout) fclose(f);
     fprintf(stderr, "ktrace: %zu kernels%s%s\n", n_rows, path ? " -> " : "", path ? path : "");
+    if (n_dropped) fprintf(stderr, "ktrace: %zu kernel records dropped (out of memory): the CSV is incomplete\n", n_dropped);
 }
 
 // cudaProfilerStart turns the kernel records on, cudaProfilerStop flushes them and writes the CSV.

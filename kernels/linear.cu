@@ -183,16 +183,21 @@ static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 // (pdl.h): the f_b/g_b launch of kimi-linear KDA (8192 rows of 128) took 1024 blocks.
 #define LIN_NARROW_BYTES 1024
 #define LIN_NARROW_RPW 32
-static int narrow_rpw(const sd_lin_job *j, int rpw) {
-    static int sms[64]; // multiprocessors per device ordinal, read once
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return rpw;
-    if (!sms[dev] && cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) sms[dev] = 0;
+static int narrow_rpw(const sd_lin_job *j, int rpw, int sms) {
     const size_t pitch = (size_t)j->w->cols * (j->w->dtype == SD_DT_BF16 ? 2 : 4);
-    if (j->mode == SD_LIN_SWIGLU || pitch > LIN_NARROW_BYTES || sms[dev] < 1) return rpw;
-    int want = sd_ceil_div(j->w->rows, SD_LIN_WARPS * sms[dev]);
+    if (j->mode == SD_LIN_SWIGLU || pitch > LIN_NARROW_BYTES || sms < 1) return rpw;
+    int want = sd_ceil_div(j->w->rows, SD_LIN_WARPS * sms);
     want = want < LIN_NARROW_RPW ? want + (want & 1) : LIN_NARROW_RPW;
     return want > rpw ? want : rpw;
+}
+
+// The current device's multiprocessors (0 if unknown), read once per device ordinal.
+static int device_sms(void) {
+    static int sms[64];
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
+    if (!sms[dev] && cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) sms[dev] = 0;
+    return sms[dev];
 }
 
 static sd_code check_mat(const sd_mat *w, sd_status *st) {
@@ -227,12 +232,17 @@ static sd_code launch(const sd_lin_job *jobs, int n, int t0, int T, const sd_lin
         p.nn = norm->n;
         p.nout = norm->out;
     }
+    // Rows a warp before BULK's limit: 2 for STORE/ADD jobs from 3 tokens up or with the norm
+    // fused, more for narrow rows.
+    const int sms = device_sms();
+    int rpw0[LIN_MAXJOB];
+    for (int i = 0; i < n; i++)
+        rpw0[i] = narrow_rpw(&jobs[i], jobs[i].mode != SD_LIN_SWIGLU && (T >= 3 || norm) ? 2 : 1, sms);
     // BULK for one or two tokens when every job can take it.
     bool bulk = T <= 2;
     for (int i = 0; i < n && bulk; i++)
         if (jobs[i].w->rows >= 1 && jobs[i].w->cols >= 1)
-            bulk = bulk_rpw(&jobs[i], narrow_rpw(&jobs[i], !(jobs[i].mode == SD_LIN_SWIGLU) && norm ? 2 : 1),
-                            norm && jobs[i].x == norm->out) > 0;
+            bulk = bulk_rpw(&jobs[i], rpw0[i], norm && jobs[i].x == norm->out) > 0;
     int blocks = 0;
     size_t tile = 0;
     for (int i = 0; i < n; i++) {
@@ -240,7 +250,7 @@ static sd_code launch(const sd_lin_job *jobs, int n, int t0, int T, const sd_lin
         lin_seg *s = &p.s[p.n];
         if (j->w->rows < 1 || j->w->cols < 1) continue;
         const bool x_norm = norm && j->x == norm->out, glu = j->mode == SD_LIN_SWIGLU;
-        const int rpw0 = narrow_rpw(j, !glu && (T >= 3 || norm) ? 2 : 1), rpw = bulk ? bulk_rpw(j, rpw0, x_norm) : rpw0;
+        const int rpw = bulk ? bulk_rpw(j, rpw0[i], x_norm) : rpw0[i];
         *s = (lin_seg){.w = j->w->data, .w2 = glu ? j->w2->data : nullptr,
                        .x = j->x + (size_t)t0 * j->ldx, .y = j->y + (size_t)t0 * j->ldy, .rows = j->w->rows,
                        .cols = j->w->cols, .ldx = j->ldx, .ldy = j->ldy, .mode = (int)j->mode,
