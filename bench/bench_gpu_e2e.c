@@ -22,8 +22,9 @@
 // Prints a table and one JSON line per row ("bench":"gpu_e2e").
 // usage: bench_gpu_e2e [--config NAME]... [--ctx N] [--reps N] [--kmax K] [--seed S] [--eager] [--profile]
 //        (NAME: a file in configs/ without .json; default toy and kimi-linear-48b-a3b). --profile:
-//        after the prefill, only one decode step and one verify pass between cudaProfilerStart and
-//        Stop (for `ncu --profile-from-start off`), no timing.
+//        after the prefill, only one decode step, one verify pass and one decode step replayed
+//        from a captured graph between cudaProfilerStart and Stop (for `ncu --profile-from-start
+//        off` and bench/ktrace.c), no timing.
 #include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 #include <stdint.h>
@@ -477,10 +478,15 @@ static void run_config(const char *name, const bench_opts *o) {
         tokens_of(99, cfg.vocab_size, max_T, toks);
         step(&dev, &s, toks, 1, NULL);
         step(&dev, &s, toks, max_T, NULL);
+        sd_cuda_graph g1; // the decode step as a graph replay too: its timeline against the stream launches'
+        OKS(sd_cuda_graph_capture(&dev, &s, 1, &g1, &st_));
+        timed_step(&dev, &s, toks, 1, &g1);
         CK(cudaProfilerStart());
         step(&dev, &s, toks, 1, NULL);
         step(&dev, &s, toks, max_T, NULL);
+        timed_step(&dev, &s, toks, 1, &g1);
         CK(cudaProfilerStop());
+        sd_cuda_graph_free(&g1);
         free(prompt);
         sd_state_free(&s);
         sd_model_free(&dev);

@@ -21,7 +21,13 @@
 // rows and its g_b rows, then conv, gate dots, recurrence), bit for bit the three launches, but
 // the step went 2.83 -> 2.91 ms: its 68 KB of shared memory keeps it from becoming resident
 // beside the in-projection's blocks, and conv, dots and recurrence serialise after the wait
-// (critical-path increment 15.6 µs against 12.1 for the three launches, bench/ktrace.c).
+// (critical-path increment 15.6 µs against 12.1 for the three launches, bench/ktrace.c). Nor the
+// conv alone folded into the tiled scan (each column block convolving its head's q and k — the
+// same block sums — and its own v columns, no f_b/g_b inside, no shared memory added): decode
+// 2.791 -> 2.911 ms with the conv after the scan's wait, 2.904 with it before (the f_b/g_b
+// launch letting the scan start only after its own wait, so the projections were complete); the
+// kda mixer 42.7 -> 45.7 µs. The conv's own launch runs beside f_b/g_b's for free; inside the
+// scan it lengthens the chain.
 #include "kda.h"
 #include "common.cuh"
 #include <cuda_pipeline.h> // __pipeline_memcpy_async, _commit, _wait_prior

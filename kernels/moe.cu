@@ -44,7 +44,16 @@
 // every resident warp, the last unit of a row (a per-row atomic ticket) combining it — same
 // bits, same 22.9 µs at Kimi T = 1: the evenness of the split is not what bounds it; 4 blocks a
 // multiprocessor (128 registers, some spilled) 25.1 µs; 4 output rows a block with a whole
-// unit slice a lane in flight 27.5 µs.
+// unit slice a lane in flight 27.5 µs. A decode (T = 1) MoE in ONE launch (2026-11-29): a 1-D
+// grid of pieces — each expert's up blocks, then its down blocks (32 rows, 256 threads) placed
+// LAG experts later, waiting on a per-expert device counter of finished up blocks instead of a
+// launch boundary, the last combine re-zeroing the counters. Same device functions, so the same
+// bits (a GPU test checked it against the eager arm over 40 tokens), but slower: decode 2.81 ->
+// 2.987 ms at LAG 1, 3.063 at 0, 2.889 at 2, 2.870 with every down after every up (the two
+// launches' order, one boundary fewer); up through registers instead of bulk copies 3.01-3.03;
+// the moe block 52.8 -> 55.7-62.5 µs. The 256-thread down blocks at 2-3 a multiprocessor lose
+// more than the boundary costs: the two launches keep 7 down blocks of 128 threads a
+// multiprocessor.
 #include "moe.h"
 #include "linear.cuh"
 #include "linear.h"
