@@ -31,7 +31,10 @@
 // block-wide handoff per tile serialises the copies behind the dots. Nor did per-warp rings: a
 // resident grid whose warps each stream their own run of rows through 2-4 bulk-copied slots
 // (3.007 -> 3.182 ms at 2 blocks a multiprocessor, lm_head 73%; 3.03-3.44 at 1, 3 or 4). BULK
-// for 3..8 tokens too made verify slower (T=3 6.00 -> 6.31 ms, T=5 8.91 -> 9.23).
+// for 3..8 tokens too made verify slower (T=3 6.00 -> 6.31 ms, T=5 8.91 -> 9.23). BULK at one
+// row a warp up to 160 KB a block for rows too wide for this (kimi-linear's dense down, 9216
+// columns: one 147 KB block a multiprocessor) made that launch slower: increment 23.4 -> 33.7 µs
+// (bench/ktrace.c) — one block a multiprocessor cannot overlap a block's dots with the next copy.
 #define LIN_BULK_MAX (80 * 1024)
 
 typedef struct {
