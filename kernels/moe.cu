@@ -55,7 +55,14 @@
 // more than the boundary costs: the two launches keep 7 down blocks of 128 threads a
 // multiprocessor. Each up warp bulk-prefetching its two rows into L2 before its register loads
 // (one token): 2.799 -> 2.832 ms, the moe block 52.5 -> 54.3 µs — more bytes in flight do not
-// make the up faster.
+// make the up faster. Nor does knowing the experts early: an oracle (the step's own selection,
+// recorded by a first run of the same step) bulk-prefetching the last N selected experts'
+// gate and up rows into L2 right after the layer's in-projection — in the chain: 2.815 -> 3.175
+// ms at N = 2, 3.589 at 8 (a kernel cannot finish before its bulk prefetches land, so the chain
+// waits for them); on a side stream forked there, off the chain: 2.803 -> 2.785 at N = 2, 2.802
+// at 4, 2.860 at 8, 2.778 at 4 with an evict_last policy. So predicting the routing ahead (from
+// the layer's input, say) can buy at most ~1% at these sizes: 50 MB of L2 cannot hold the
+// experts across the o_proj, router and shared-expert traffic in between.
 #include "moe.h"
 #include "linear.cuh"
 #include "linear.h"
