@@ -33,6 +33,10 @@ typedef struct {
 // The most chunks the device MLA attention cuts a token's rows into (kernels/mla.cu); sizes the
 // scratch's mla_part (the CPU leaves it unused).
 #define SD_MLA_SPLIT 32
+// The most slices the device argmax cuts a row into (kernels/sampling.cu); sizes the scratch's
+// argmax_ws.
+#define SD_ARGMAX_SLICES 64
+#define SD_ARGMAX_WS_INTS(rows) ((size_t)(rows) * (2 * SD_ARGMAX_SLICES + 1))
 
 // Scratch for one forward of up to max_T tokens (contents meaningless between calls).
 typedef struct {
@@ -51,6 +55,8 @@ typedef struct {
     float *w;                           // (T, K)
     int *tickets;                       // (D) the device MoE down's row-block counters: zero between
                                         // calls (the arena starts zeroed; each combine re-zeroes its own)
+    int *argmax_ws;                     // SD_ARGMAX_WS_INTS(T): the device argmax's slice results and
+                                        // row tickets (zero between calls, as tickets)
 } sd_scratch;
 
 // Where a state's arena lives: host memory (NULL allocator) or a backend's device memory.

@@ -8,7 +8,8 @@ extern "C" {
 #include "ops.h"              // sd_mat
 #include "status.h"           // sd_code, sd_status
 
-// x[t] = embed[tokens[t]] widened to f32 (exact); tokens (T) and x (T, cols) in device memory.
+// x[t] = embed[tokens[t]] widened to f32 (exact); x (T, cols) in device memory, tokens (T) in
+// device memory or in pinned, device-mapped host memory (the forward's: engine/cuda/cuda_backend.h).
 sd_code sd_cuda_embed(const sd_mat *embed, const int *tokens, int T, float *x, cudaStream_t stream, sd_status *st);
 
 // out[r] = x[r] / sqrt(sum(x[r]²)/n + eps) ⊙ w for rows r < rows (row stride n); out may alias x.

@@ -1,6 +1,10 @@
 // sampling.cu — argmax, softmax and inverse-CDF sampling.
-//   argmax:  one block of 1024 per row; per-thread first max in index order, then a tree merge
-//            by (value, index) — exact comparisons, so any merge order gives the CPU's answer.
+//   argmax:  a row cut into up to SD_ARGMAX_SLICES slices of contiguous indices, a block of 256
+//            per slice: per-thread first max in index order, then a tree merge by (value, index);
+//            the row's last slice block to finish (an atomic ticket) merges the slices' results
+//            the same way. Exact comparisons, so any merge order gives the CPU's answer. One
+//            block of 1024 per row took 13-15 µs on a 163840-entry row of the H200 (bench/ktrace.c):
+//            one multiprocessor's bandwidth.
 //   softmax: the argmax block, then e_i in parallel, the sum by one thread in index order (the
 //            CPU's rounding), the scale in parallel.
 //   sample:  one thread per row, the CPU loop as written (sd_dev_sample in sampling.cuh, shared
@@ -9,9 +13,34 @@
 #include "sampling.h"
 #include "philox.h"       // sd_uniform (host and device)
 #include "sampling.cuh"   // sd_dev_sample
+#include "state.h"        // SD_ARGMAX_SLICES
 
 #define SAMPLE_THREADS 1024
 #define ARGMAX_U 8 // float4 chunks a thread has in flight in block_argmax
+#define ARGMAX_THREADS 256 // a slice block
+#define ARGMAX_MIN_SLICE 1024 // entries: rows shorter than two of these are one slice
+static_assert(SD_ARGMAX_SLICES <= ARGMAX_THREADS, "argmax: the last block merges a slice a thread");
+
+// The block's (value, index) candidates, one a thread (index -1: none), merged by a tree: the larger
+// value, on equal values the lower index. blockDim.x a power of two; all threads return the result.
+__device__ static void block_merge(float bv, int bi, float *sv, int *si, float *mv, int *mi) {
+    const int tid = threadIdx.x;
+    sv[tid] = bv;
+    si[tid] = bi;
+    __syncthreads();
+    for (int half = blockDim.x / 2; half > 0; half >>= 1) {
+        if (tid < half) {
+            const float ov = sv[tid + half];
+            const int oi = si[tid + half];
+            const int ci = si[tid];
+            if (oi >= 0 && (ci < 0 || ov > sv[tid] || (ov == sv[tid] && oi < ci))) { sv[tid] = ov; si[tid] = oi; }
+        }
+        __syncthreads();
+    }
+    *mv = sv[0];
+    *mi = si[0];
+    __syncthreads();
+}
 
 // (value, index) of the first maximum of x[0..n), NaN skipped; index -1 when every entry is NaN.
 // All threads return the result. sv, si hold SAMPLE_THREADS entries.
@@ -48,37 +77,55 @@ __device__ static void block_argmax(const float *x, int n, float *sv, int *si, f
             if (bi < 0 || v > bv) { bv = v; bi = i; }
         }
     }
-    sv[tid] = bv;
-    si[tid] = bi;
-    __syncthreads();
-    for (int half = blockDim.x / 2; half > 0; half >>= 1) {
-        if (tid < half) {
-            const float ov = sv[tid + half];
-            const int oi = si[tid + half];
-            const int ci = si[tid];
-            if (oi >= 0 && (ci < 0 || ov > sv[tid] || (ov == sv[tid] && oi < ci))) { sv[tid] = ov; si[tid] = oi; }
-        }
-        __syncthreads();
-    }
-    *mv = sv[0];
-    *mi = si[0];
-    __syncthreads();
+    block_merge(bv, bi, sv, si, mv, mi);
 }
 
-static __global__ void __launch_bounds__(SAMPLE_THREADS) argmax_kernel(const float *__restrict__ x, int n, int *__restrict__ out) {
+// Grid (slices, rows): block (s, r) takes entries [s·len, min((s+1)·len, n)) of row r; the row's
+// last block to finish merges the slices' results (in ws: part_v, part_i per (row, slice), then a
+// ticket per row, re-zeroed by that last block) and writes out[r].
+static __global__ void __launch_bounds__(ARGMAX_THREADS)
+argmax_kernel(const float *__restrict__ x, int n, int len, int *ws, int *__restrict__ out) {
     sd_pdl_enter();
-    __shared__ float sv[SAMPLE_THREADS];
-    __shared__ int si[SAMPLE_THREADS];
+    __shared__ float sv[ARGMAX_THREADS];
+    __shared__ int si[ARGMAX_THREADS];
+    __shared__ bool last;
+    const int s = blockIdx.x, S = gridDim.x, r = blockIdx.y, lo = s * len;
     float m;
     int i;
-    block_argmax(x + (size_t)blockIdx.x * n, n, sv, si, &m, &i);
-    if (threadIdx.x == 0) out[blockIdx.x] = i < 0 ? 0 : i;
+    block_argmax(x + (size_t)r * n + lo, min(len, n - lo), sv, si, &m, &i);
+    float *part_v = (float *)ws + (size_t)r * S;
+    int *part_i = ws + (size_t)gridDim.y * S + (size_t)r * S, *ticket = ws + 2 * (size_t)gridDim.y * S + r;
+    if (threadIdx.x == 0) {
+        part_v[s] = m;
+        part_i[s] = i < 0 ? -1 : lo + i;
+        __threadfence(); // the partial is visible before the ticket counts it
+        last = atomicAdd(ticket, 1) == S - 1;
+    }
+    __syncthreads();
+    if (!last) return;
+    const int t = threadIdx.x;
+    const float v = t < S ? __ldcg(part_v + t) : 0.0f;
+    const int vi = t < S ? __ldcg(part_i + t) : -1;
+    block_merge(v, vi, sv, si, &m, &i);
+    if (t == 0) {
+        out[r] = i < 0 ? 0 : i;
+        *ticket = 0;
+    }
 }
 
-extern "C" sd_code sd_cuda_argmax(const float *x, int rows, int n, int *out, cudaStream_t stream, sd_status *st) {
+// The slice length of an n-entry row: a multiple of 4 (16-byte aligned slices of an aligned row),
+// at least ARGMAX_MIN_SLICE, at most SD_ARGMAX_SLICES slices.
+static int argmax_slice(int n) {
+    int len = sd_ceil_div(n, SD_ARGMAX_SLICES);
+    if (len < ARGMAX_MIN_SLICE) len = ARGMAX_MIN_SLICE;
+    return (len + 3) & ~3;
+}
+
+extern "C" sd_code sd_cuda_argmax(const float *x, int rows, int n, int *out, int *ws, cudaStream_t stream, sd_status *st) {
     SD_NVTX("sd_cuda_argmax");
     if (rows < 1 || n < 1) return SD_OK;
-    SD_CUDA_CHECK(st, sd_launch(argmax_kernel, rows, SAMPLE_THREADS, 0, stream, x, n, out));
+    const int len = argmax_slice(n);
+    SD_CUDA_CHECK(st, sd_launch(argmax_kernel, dim3(sd_ceil_div(n, len), rows), ARGMAX_THREADS, 0, stream, x, n, len, ws, out));
     SD_LAUNCH_CHECK(st);
     return SD_OK;
 }

@@ -10,7 +10,9 @@ extern "C" {
 #include "status.h" // sd_code, sd_status
 
 // out[r] = sd_argmax(x + r·n, n): the first index of the maximum, NaN never wins, all NaN → 0.
-sd_code sd_cuda_argmax(const float *x, int rows, int n, int *out, cudaStream_t stream, sd_status *st);
+// ws: SD_ARGMAX_WS_INTS(rows) ints of device memory (engine/state.h), zero before the first call;
+// each call leaves it so. out may be pinned host memory (a device-mapped pointer).
+sd_code sd_cuda_argmax(const float *x, int rows, int n, int *out, int *ws, cudaStream_t stream, sd_status *st);
 
 // p[r] = sd_softmax(logits[r], n, temperature): m = max (NaN skipped); e_i = expf((l_i - m)/τ)
 // (NaN → 0); s = Σ e_i in index order (one thread: the CPU's float running sum); p_i = e_i·(1/s).

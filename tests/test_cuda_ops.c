@@ -289,10 +289,39 @@ Test(cuda_ops, sampling) {
     l[3 * n + 3] = NAN; l[3 * n + 9] = 80.0f;        // NaN never wins
     gbuf dl = gbuf_new((size_t)rows * n), dp = gbuf_new((size_t)rows * n), di = gbuf_new(rows);
     gbuf_put(&dl, l, sizeof(float) * rows * n);
+    // The argmax's workspace starts zero and every call leaves it zero (its row tickets).
+    const size_t ws_n = SD_ARGMAX_WS_INTS(rows);
+    gbuf dws = gbuf_new(ws_n);
+    CU(cudaMemset(dws.p, 0, ws_n * sizeof(int)));
     int got_i[4];
-    OK(sd_cuda_argmax(dl.p, rows, n, (int *)di.p, stream0(), &st_));
+    OK(sd_cuda_argmax(dl.p, rows, n, (int *)di.p, (int *)dws.p, stream0(), &st_));
     gbuf_get(&di, got_i, sizeof got_i);
     for (int r = 0; r < rows; r++) cr_assert_eq(got_i[r], sd_argmax(l + (size_t)r * n, n), "argmax row %d", r);
+    // Vocabulary-sized rows cut into slices: the maximum in a later slice, a tie across slices
+    // (the first index wins), an odd length (the scalar path), NaN in the leading slice; twice
+    // with the same workspace.
+    const int nv[] = {163840, 163841};
+    for (int k = 0; k < 2; k++) {
+        const int n2 = nv[k];
+        float *big = rand_host((size_t)2 * n2, 801 + k, 6.0f);
+        big[100] = NAN; big[n2 - 5] = 70.0f;                    // row 0: the maximum in the last slice
+        big[n2 + 9000] = 90.0f; big[n2 + 150000] = 90.0f;     // row 1: a tie across slices
+        gbuf dbig = gbuf_new((size_t)2 * n2);
+        gbuf_put(&dbig, big, sizeof(float) * 2 * (size_t)n2);
+        OK(sd_cuda_argmax(dbig.p, 2, n2, (int *)di.p, (int *)dws.p, stream0(), &st_));
+        gbuf_get(&di, got_i, 2 * sizeof(int));
+        for (int r = 0; r < 2; r++)
+            cr_assert_eq(got_i[r], sd_argmax(big + (size_t)r * n2, n2), "argmax of %d entries, row %d: %d", n2, r, got_i[r]);
+        cr_assert_eq(got_i[0], n2 - 5);
+        cr_assert_eq(got_i[1], 9000);
+        gbuf_done(&dbig, "argmax rows");
+        free(big);
+    }
+    int *ws_back = malloc(ws_n * sizeof(int));
+    gbuf_get(&dws, ws_back, ws_n * sizeof(int));
+    for (int r = 0; r < rows; r++) cr_assert_eq(ws_back[2 * rows * SD_ARGMAX_SLICES + r], 0, "argmax ticket %d left set", r);
+    free(ws_back);
+    gbuf_done(&dws, "argmax workspace");
 
     const float temps[] = {1.0f, 0.7f, 0.0f};
     float *ref = malloc(sizeof(float) * rows * n), *got = malloc(sizeof(float) * rows * n);

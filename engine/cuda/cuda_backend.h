@@ -28,16 +28,16 @@ typedef struct sd_cuda_backend {
     void *arena;              // the weights (arena_bytes, the host arena's layout)
     size_t arena_bytes;
     sd_cuda_expert *experts;  // per MoE layer i, E entries at (i - first_k_dense_replace)·E
-    int *tokens;              // (tokens_cap) device copy of a forward's tokens
-    int *argmax;              // (tokens_cap) each output row's argmax (sd_forward_opts.argmax)
-    size_t tokens_cap;
-    int *sampled;             // (sample_cap) each output row's draw (sd_forward_opts.sampled)
-    size_t sample_cap;
     int *accept_ints;         // (SD_CUDA_ACCEPT_INTS) the accept op's drafts, top and (n, bonus)
-    // Pinned host staging.
-    int *tokens_host, *sel_host; // (tokens_cap), (route_cap)
-    int *argmax_host;            // (tokens_cap)
-    int *sampled_host;           // (sample_cap)
+    // Pinned host memory. Under unified addressing (every 64-bit process) cudaMallocHost memory
+    // is device-mapped at the same address, so the kernels read a forward's tokens and write
+    // its argmaxes and draws there directly: no copy operations at either end of a step.
+    int *tokens_host;            // (tokens_cap) a forward's tokens, read by the embedding
+    int *argmax_host;            // (tokens_cap) each output row's argmax (sd_forward_opts.argmax)
+    size_t tokens_cap;
+    int *sampled_host;           // (sample_cap) each output row's draw (sd_forward_opts.sampled)
+    size_t sample_cap;
+    int *sel_host;               // (route_cap)
     int *accept_ints_host;       // (SD_CUDA_ACCEPT_INTS)
     float *w_host;               // (route_cap)
     size_t route_cap;

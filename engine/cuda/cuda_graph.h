@@ -1,10 +1,11 @@
 // cuda_graph.h — one forward of T tokens captured as a CUDA graph and replayed at any position:
 // the kernels read positions from the state's cursor (kernels/cursor.h) and the walk's last
 // launch advances it, so one capture serves every step. The graph is the layer walk, the final
-// norm, lm_head and each row's argmax; tokens go in and argmaxes come out through the graph's
-// own buffers. Only the device-table MoE arm can be captured (the eager arm reads the routing
-// back to the host by design); level-2 trace buckets and on_route are not part of a graph. The
-// kernels are captured in plain stream order (kernels/pdl.h says why).
+// norm, lm_head and each row's argmax; its kernels read the tokens from and write the argmaxes
+// into the graph's own pinned, device-mapped buffers (no copy nodes). Only the device-table MoE
+// arm can be captured (the eager arm reads the routing back to the host by design); level-2
+// trace buckets and on_route are not part of a graph. The kernels are captured in the process's
+// launch mode (kernels/pdl.h).
 #pragma once
 #include "cuda_backend.h" // sd_model, sd_state, sd_status
 
@@ -13,8 +14,7 @@ typedef struct sd_cuda_graph {
     sd_state *state; // the state the graph's pointers belong to
     int T;
     void *exec;      // cudaGraphExec_t
-    int *tokens, *argmax;           // (T) device
-    int *tokens_host, *argmax_host; // (T) pinned
+    int *tokens_host, *argmax_host; // (T) pinned, device-mapped: read and written by the graph's kernels
 } sd_cuda_graph;
 
 // Capture the forward of T tokens (1 <= T <= s->max_T) on state s of device model m. Nothing

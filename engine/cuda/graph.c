@@ -1,7 +1,7 @@
 // graph.c — capture and replay of one device forward (cuda_graph.h). The captured work is exactly
 // sd_cuda_forward's launches between its token upload and its readback (walk.c sd_cuda_walk, then
 // the head's rmsnorm, lm_head and argmax), reading tokens from and writing argmaxes to the
-// graph's own device buffers, so a replay computes what sd_forward would, bit for bit.
+// graph's own pinned, device-mapped buffers, so a replay computes what sd_forward would, bit for bit.
 #include "cuda_graph.h"
 #include <string.h>
 #include "check.h"         // SD_CUDA_CHECK
@@ -10,9 +10,9 @@
 
 // The graph's body on b->stream (in capture mode).
 static sd_code enqueue(sd_cuda_backend *b, const sd_model *m, sd_state *s, const sd_cuda_graph *g, sd_status *st) {
-    sd_code rc = sd_cuda_walk(b, m, s, g->tokens, g->T, NULL, st);
+    sd_code rc = sd_cuda_walk(b, m, s, g->tokens_host, g->T, NULL, st);
     if (!rc) rc = sd_cuda_head_logits(b, m, s, 0, g->T, st);
-    if (!rc) rc = sd_cuda_argmax(s->scratch.logits, g->T, m->cfg.vocab_size, g->argmax, b->stream, st);
+    if (!rc) rc = sd_cuda_argmax(s->scratch.logits, g->T, m->cfg.vocab_size, g->argmax_host, s->scratch.argmax_ws, b->stream, st);
     return rc;
 }
 
@@ -29,14 +29,11 @@ sd_code sd_cuda_graph_capture(const sd_model *m, sd_state *s, int T, sd_cuda_gra
     *g = (sd_cuda_graph){.model = m, .state = s, .T = T};
     SD_CUDA_CHECK(st, cudaSetDevice(b->device));
     sd_code rc = SD_OK;
-    if (cudaMalloc((void **)&g->tokens, sizeof(int) * (size_t)T) != cudaSuccess ||
-        cudaMalloc((void **)&g->argmax, sizeof(int) * (size_t)T) != cudaSuccess ||
-        cudaMallocHost((void **)&g->tokens_host, sizeof(int) * (size_t)T) != cudaSuccess ||
+    if (cudaMallocHost((void **)&g->tokens_host, sizeof(int) * (size_t)T) != cudaSuccess ||
         cudaMallocHost((void **)&g->argmax_host, sizeof(int) * (size_t)T) != cudaSuccess)
         rc = sd_fail(st, SD_ERR_SYS, "cuda graph: cannot allocate the token buffers: %s", cudaGetErrorString(cudaGetLastError()));
     // Zeroed tokens: a replay before any upload still reads valid ids.
-    if (!rc && cudaMemsetAsync(g->tokens, 0, sizeof(int) * (size_t)T, b->stream) != cudaSuccess)
-        rc = sd_fail(st, SD_ERR_SYS, "cuda graph: %s", cudaGetErrorString(cudaGetLastError()));
+    if (!rc) memset(g->tokens_host, 0, sizeof(int) * (size_t)T);
     if (!rc && cudaStreamSynchronize(b->stream) != cudaSuccess)
         rc = sd_fail(st, SD_ERR_SYS, "cuda graph: %s", cudaGetErrorString(cudaGetLastError()));
     cudaGraph_t graph = NULL;
@@ -75,11 +72,10 @@ sd_code sd_cuda_graph_forward(sd_cuda_graph *g, const int *tokens, int *argmax, 
     if (rc) return rc;
     const sd_cuda_backend *b = sd_cuda_backend_of(g->model);
     SD_CUDA_CHECK(st, cudaSetDevice(b->device));
-    memcpy(g->tokens_host, tokens, sizeof(int) * (size_t)T); // the previous replay drained: free to reuse
-    SD_CUDA_CHECK(st, cudaMemcpyAsync(g->tokens, g->tokens_host, sizeof(int) * (size_t)T, cudaMemcpyHostToDevice, b->stream));
+    SD_CUDA_CHECK(st, cudaStreamSynchronize(b->stream)); // no earlier work still reads tokens_host
+    memcpy(g->tokens_host, tokens, sizeof(int) * (size_t)T); // the graph's embedding reads them there
     SD_CUDA_CHECK(st, cudaGraphLaunch((cudaGraphExec_t)g->exec, b->stream));
-    SD_CUDA_CHECK(st, cudaMemcpyAsync(g->argmax_host, g->argmax, sizeof(int) * (size_t)T, cudaMemcpyDeviceToHost, b->stream));
-    SD_CUDA_CHECK(st, cudaStreamSynchronize(b->stream));
+    SD_CUDA_CHECK(st, cudaStreamSynchronize(b->stream)); // its argmax kernel wrote argmax_host
     memcpy(argmax, g->argmax_host, sizeof(int) * (size_t)T);
     sd_state_advance(s, T); // the graph advanced the device cursor
     return SD_OK;
@@ -87,8 +83,6 @@ sd_code sd_cuda_graph_forward(sd_cuda_graph *g, const int *tokens, int *argmax, 
 
 void sd_cuda_graph_free(sd_cuda_graph *g) {
     if (g->exec) cudaGraphExecDestroy((cudaGraphExec_t)g->exec);
-    cudaFree(g->tokens);
-    cudaFree(g->argmax);
     cudaFreeHost(g->tokens_host);
     cudaFreeHost(g->argmax_host);
     memset(g, 0, sizeof *g);

@@ -2,7 +2,8 @@
 // output rows into the state's logits scratch, then each request of the caller on b->stream in
 // this order — the logits copied to the host, the argmaxes, the softmax rows (into opts->probs
 // in device memory, or in place over the scratch), the draws — then the forward's one drain,
-// after which the host results are copied out of pinned staging. The order makes the in-place
+// after which the host results are copied out of pinned memory (the argmax and draw kernels
+// write there directly: cuda_backend.h). The order makes the in-place
 // softmax safe: the copy and the argmax read the scratch before the softmax overwrites it.
 // Numerics are kernels/sampling.cu's: the CPU's operation order (expf may differ by an ulp).
 #include <stdbool.h>
@@ -19,15 +20,13 @@
         if (try_rc_) return try_rc_;   \
     } while (0)
 
-// Device and pinned buffers for the draws of n rows (grown, never shrunk). Called before the
-// head's launches: the stream holds no copy out of the old buffers (every forward drains).
+// The pinned (device-mapped) buffer for the draws of n rows (grown, never shrunk). Called before
+// the head's launches: no kernel still writes the old buffer (every forward drains).
 static sd_code ensure_sample_buffers(sd_cuda_backend *b, int n, sd_status *st) {
     if ((size_t)n <= b->sample_cap) return SD_OK;
-    cudaFree(b->sampled);
     cudaFreeHost(b->sampled_host);
-    b->sampled = b->sampled_host = NULL;
+    b->sampled_host = NULL;
     b->sample_cap = 0;
-    SD_CUDA_CHECK(st, cudaMalloc((void **)&b->sampled, (size_t)n * sizeof(int)));
     SD_CUDA_CHECK(st, cudaMallocHost((void **)&b->sampled_host, (size_t)n * sizeof(int)));
     b->sample_cap = (size_t)n;
     return SD_OK;
@@ -57,18 +56,13 @@ sd_code sd_cuda_head(sd_cuda_backend *b, const sd_model *m, sd_state *s, int T, 
         TRY(sd_cuda_head_logits(b, m, s, first, n_out, st));
         if (logits)
             SD_CUDA_CHECK(st, cudaMemcpyAsync(logits, x->logits, sizeof(float) * (size_t)n_out * V, cudaMemcpyDeviceToHost, q));
-        if (argmax) {
-            TRY(sd_cuda_argmax(x->logits, n_out, V, b->argmax, q, st));
-            SD_CUDA_CHECK(st, cudaMemcpyAsync(b->argmax_host, b->argmax, sizeof(int) * (size_t)n_out, cudaMemcpyDeviceToHost, q));
-        }
+        if (argmax) TRY(sd_cuda_argmax(x->logits, n_out, V, b->argmax_host, x->argmax_ws, q, st));
         if (sampling) { // p rows stay on the device; n_out ints come back
             float *p = probs ? probs : x->logits;
             TRY(sd_cuda_softmax(x->logits, n_out, V, opts->temperature, p, q, st));
             if (sampled) {
                 const sd_draw *d = &opts->draw;
-                TRY(sd_cuda_sample_rows(p, n_out, V, d->seed, d->round, d->pos, d->purpose, b->sampled, q, st));
-                SD_CUDA_CHECK(st, cudaMemcpyAsync(b->sampled_host, b->sampled, sizeof(int) * (size_t)n_out,
-                                                  cudaMemcpyDeviceToHost, q));
+                TRY(sd_cuda_sample_rows(p, n_out, V, d->seed, d->round, d->pos, d->purpose, b->sampled_host, q, st));
             }
         }
     }

@@ -23,9 +23,6 @@ static void backend_release(sd_cuda_backend *b) {
     if (b->stream) cudaStreamSynchronize(b->stream);
     cudaFree(b->arena);
     cudaFree(b->experts);
-    cudaFree(b->tokens);
-    cudaFree(b->argmax);
-    cudaFree(b->sampled);
     cudaFree(b->accept_ints);
     cudaFreeHost(b->tokens_host);
     cudaFreeHost(b->argmax_host);

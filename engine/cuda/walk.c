@@ -1,6 +1,6 @@
 // walk.c — the forward of model.h on one CUDA device: model.c's layer walk with every op a
-// kernel on the model's stream (kernels/*.h). Tokens go up through pinned memory; the head
-// (head.c: logits, argmaxes, softmax rows and draws) ends the forward with its one drain; the
+// kernel on the model's stream (kernels/*.h). The embedding reads the tokens from pinned memory;
+// the head (head.c: logits, argmaxes, softmax rows and draws) ends the forward with its one drain; the
 // only other host syncs are the level-2 trace buckets, the route readback of the eager MoE arm,
 // and opts->on_route. Positions are never launch arguments: the kernels
 // read them from the state's cursor (kernels/cursor.h), which the walk's last launch advances —
@@ -277,17 +277,13 @@ static sd_code layer_forward(sd_cuda_backend *b, const sd_model *m, sd_state *s,
     return rc;
 }
 
-// Device and pinned buffers for a forward of T tokens (grown, never shrunk).
+// Pinned (device-mapped) token and argmax buffers for a forward of T tokens (grown, never shrunk).
 static sd_code ensure_buffers(sd_cuda_backend *b, int T, sd_status *st) {
     if ((size_t)T > b->tokens_cap) {
-        cudaFree(b->tokens);
-        cudaFree(b->argmax);
         cudaFreeHost(b->tokens_host);
         cudaFreeHost(b->argmax_host);
-        b->tokens = b->argmax = b->tokens_host = b->argmax_host = NULL;
+        b->tokens_host = b->argmax_host = NULL;
         b->tokens_cap = 0;
-        SD_CUDA_CHECK(st, cudaMalloc((void **)&b->tokens, (size_t)T * sizeof(int)));
-        SD_CUDA_CHECK(st, cudaMalloc((void **)&b->argmax, (size_t)T * sizeof(int)));
         SD_CUDA_CHECK(st, cudaMallocHost((void **)&b->tokens_host, (size_t)T * sizeof(int)));
         SD_CUDA_CHECK(st, cudaMallocHost((void **)&b->argmax_host, (size_t)T * sizeof(int)));
         b->tokens_cap = (size_t)T;
@@ -323,10 +319,9 @@ sd_code sd_cuda_forward(const sd_model *m, sd_state *s, const int *tokens, int T
     if (opts && opts->probs) TRY(sd_cuda_check_device_ptr(b, opts->probs, "forward: opts.probs", st));
     cudaStream_t q = b->stream;
 
-    SD_CUDA_CHECK(st, cudaStreamSynchronize(q)); // tokens_host may still feed the previous copy
-    memcpy(b->tokens_host, tokens, sizeof(int) * (size_t)T);
-    SD_CUDA_CHECK(st, cudaMemcpyAsync(b->tokens, b->tokens_host, sizeof(int) * (size_t)T, cudaMemcpyHostToDevice, q));
-    TRY(sd_cuda_walk(b, m, s, b->tokens, T, opts, st));
+    SD_CUDA_CHECK(st, cudaStreamSynchronize(q)); // tokens_host may still feed earlier work
+    memcpy(b->tokens_host, tokens, sizeof(int) * (size_t)T); // the embedding reads them there
+    TRY(sd_cuda_walk(b, m, s, b->tokens_host, T, opts, st));
     TRY(sd_cuda_head(b, m, s, T, logits, last_only, opts, st)); // head.c: ends drained, host results valid
     sd_state_advance(s, T); // the host's side of the cursor advanced above
     return SD_OK;
