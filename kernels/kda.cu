@@ -2,7 +2,12 @@
 //   conv:  one block per (head, q|k|v, token), one thread per channel: W-tap causal conv (this
 //          call's positions from the fresh projections, earlier ones from the ring) + silu, the
 //          raw input stored into the ring, then the head's L2 norm for q and k by a fixed-order
-//          block sum.
+//          block sum. The same launch computes the gates' low-rank second halves (f_b·fa into
+//          gate, g_b·ga into gb): one block per (head, f|g, token), a thread per row — its d
+//          weights loaded before the wait, then one chain over j increasing. Both read only the
+//          in-projection, so neither waits for the other: the launch costs the chain one
+//          dependency instead of two (a Linear launch of its own for f_b/g_b added 3.3-3.8 µs
+//          a KDA layer on the H200, bench/ktrace.c).
 //   gates: applied by the scan while it stages each token (kda_gate, sigmoid for β), from the raw
 //          projections, when given A_log and dt_bias.
 //   scan:  d = 32, 64, 96, 128 (the tiled scan): a block owns 32 value columns of one head
@@ -38,15 +43,66 @@
 // touches T + W - 1 <= n_rows distinct positions, so no block's store lands in a row another
 // block still reads.
 #define CONV_WMAX 8 // windows up to this many taps load every tap and input at once
+#define LOWRANK_PRE 16 // gate rows: bf16 rows up to 16·8 entries held in registers from before the wait
+
+// The gates' low-rank second halves: gate = f_b·fa, gb = g_b·ga (f_b, g_b [P, d]; fa, ga (T, d)).
+struct kda_lowrank {
+    const void *f_b, *g_b;
+    int f_bf16, g_bf16, pre; // pre: both bf16, d % 8 == 0, d <= 8·LOWRANK_PRE, 16-byte aligned rows
+    const float *fa, *ga;
+    float *gate, *gb;
+};
+
+// Block (head h, f|g, token t): thread c owns row h·d + c of f_b or g_b: Σ_j w[j]·x_t[j], one
+// chain with j increasing (an order of d alone: verify ≡ decode). The row is loaded before the
+// wait (weights are never written); x_t is staged in shared memory after it.
+__device__ static void lowrank_row(const kda_lowrank &lr, int h, bool g, int t, int d, int P, float *xs) {
+    const int c = threadIdx.x, row = h * d + c;
+    const void *W = g ? lr.g_b : lr.f_b;
+    const bool bf = g ? lr.g_bf16 : lr.f_bf16;
+    uint4 wv[LOWRANK_PRE];
+    if (lr.pre && c < d) {
+        const uint4 *src = (const uint4 *)((const uint16_t *)W + (size_t)row * d);
+#pragma unroll
+        for (int i = 0; i < LOWRANK_PRE; i++)
+            if (i < d / 8) wv[i] = __ldg(src + i);
+    }
+    sd_pdl_wait();
+    const float *x = (g ? lr.ga : lr.fa) + (size_t)t * d;
+    for (int j = c; j < d; j += blockDim.x) xs[j] = x[j];
+    __syncthreads();
+    if (c >= d) return;
+    float acc = 0.0f;
+    if (lr.pre) {
+#pragma unroll
+        for (int i = 0; i < LOWRANK_PRE; i++) {
+            if (i >= d / 8) break;
+            const uint32_t u[4] = {wv[i].x, wv[i].y, wv[i].z, wv[i].w};
+#pragma unroll
+            for (int e = 0; e < 8; e++) { // bf16 pairs: entry 2k in the low half (little-endian)
+                const float w = __uint_as_float(e & 1 ? u[e / 2] & 0xffff0000u : u[e / 2] << 16);
+                acc = acc + w * xs[8 * i + e];
+            }
+        }
+    } else {
+        for (int j = 0; j < d; j++) {
+            const size_t o = (size_t)row * d + j;
+            acc = acc + (bf ? sd_dev_bf16(((const uint16_t *)W)[o]) : ((const float *)W)[o]) * xs[j];
+        }
+    }
+    (g ? lr.gb : lr.gate)[(size_t)t * P + row] = acc;
+}
 
 static __global__ void conv_kernel(float *__restrict__ rows, int n_rows, const float *__restrict__ q,
                                    const float *__restrict__ k, const float *__restrict__ v, const float *__restrict__ tq,
                                    const float *__restrict__ tk, const float *__restrict__ tv, int P, int d, int W,
                                    sd_dev_pos at, int settled, float *__restrict__ qc, float *__restrict__ kc,
-                                   float *__restrict__ vc) {
+                                   float *__restrict__ vc, const __grid_constant__ kda_lowrank lr) {
     sd_pdl_trigger();
     __shared__ float sh[32];
+    extern __shared__ float conv_xs[]; // gate blocks: a token's x row (d floats)
     const int h = blockIdx.x, which = blockIdx.y, t = blockIdx.z, c = threadIdx.x;
+    if (which >= 3) return lowrank_row(lr, h, which == 4, t, d, P, conv_xs); // the gate rows of head h
     const int ch = h * d + c;
     const float *taps = which == 0 ? tq : which == 1 ? tk : tv;
     const float *fresh = which == 0 ? q : which == 1 ? k : v;
@@ -110,8 +166,9 @@ static __global__ void conv_kernel(float *__restrict__ rows, int n_rows, const f
 
 extern "C" sd_code sd_cuda_kda_conv(float *conv_rows, int n_rows, const float *q, const float *k, const float *v,
                                     const float *q_conv, const float *k_conv, const float *v_conv, int T, int H, int d,
-                                    int W, sd_dev_pos pos0, bool settled, float *qc, float *kc, float *vc, cudaStream_t stream,
-                                    sd_status *st) {
+                                    int W, sd_dev_pos pos0, bool settled, const sd_mat *f_b, const float *fa, float *gate,
+                                    const sd_mat *g_b, const float *ga, float *gb, float *qc, float *kc, float *vc,
+                                    cudaStream_t stream, sd_status *st) {
     SD_NVTX("sd_cuda_kda_conv");
     if (d < 1 || d > 1024) return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda kda: head_dim %d outside 1..1024", d);
     if (T < 1) return SD_OK;
@@ -119,8 +176,17 @@ extern "C" sd_code sd_cuda_kda_conv(float *conv_rows, int n_rows, const float *q
         return sd_fail(st, SD_ERR_USAGE, "cuda kda conv: %d tokens and a %d-tap window need %d ring rows, the state has %d", T, W,
                        T + W - 1, n_rows);
     const int P = H * d;
-    SD_CUDA_CHECK(st, sd_launch(conv_kernel, dim3(H, 3, T), sd_round32(d), 0, stream, conv_rows, n_rows, q, k, v, q_conv, k_conv,
-                                v_conv, P, d, W, pos0, settled ? 1 : 0, qc, kc, vc));
+    for (const sd_mat *m : {f_b, g_b}) {
+        if (m->dtype != SD_DT_BF16 && m->dtype != SD_DT_F32)
+            return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda kda: gate weight dtype %d is not F32 or BF16", (int)m->dtype);
+        if (m->rows != P || m->cols != d)
+            return sd_fail(st, SD_ERR_USAGE, "cuda kda: gate weight %dx%d, want %dx%d", m->rows, m->cols, P, d);
+    }
+    const bool pre = f_b->dtype == SD_DT_BF16 && g_b->dtype == SD_DT_BF16 && d % 8 == 0 && d <= 8 * LOWRANK_PRE &&
+                     (((uintptr_t)f_b->data | (uintptr_t)g_b->data) & 15) == 0;
+    const kda_lowrank lr = {f_b->data, g_b->data, f_b->dtype == SD_DT_BF16, g_b->dtype == SD_DT_BF16, pre, fa, ga, gate, gb};
+    SD_CUDA_CHECK(st, sd_launch(conv_kernel, dim3(H, 5, T), sd_round32(d), sizeof(float) * (size_t)d, stream, conv_rows, n_rows,
+                                q, k, v, q_conv, k_conv, v_conv, P, d, W, pos0, settled ? 1 : 0, qc, kc, vc, lr));
     return SD_OK;
 }
 

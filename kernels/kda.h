@@ -9,6 +9,7 @@
 extern "C" {
 #endif
 #include "cursor.h"           // sd_dev_pos
+#include "ops.h"              // sd_mat
 #include "status.h"           // sd_code, sd_status
 
 // Positions come from device memory (sd_dev_pos: a state's cursor, cursor.h), read by the kernels.
@@ -19,11 +20,13 @@ extern "C" {
 // (a) Writes the raw projections q, k, v (T, P each) of positions pos0 .. pos0+T-1 into the conv
 // rows (row of position p: p % n_rows, each row [q | k | v], 3P floats), then for every new token
 // the depthwise causal conv (taps (P, W), tap W-1 on the current token, zero before position 0)
-// + silu into qc, kc, vc (T, P), and per head q, k ← x / sqrt(Σx² + 1e-6).
+// + silu into qc, kc, vc (T, P), and per head q, k ← x / sqrt(Σx² + 1e-6). In the same launch
+// the gates' low-rank second halves: gate = f_b·fa, gb = g_b·ga (f_b, g_b [P, d] F32 or BF16;
+// fa, ga (T, d); gate, gb (T, P)), each element one fixed-order dot (kernels/kda.cu).
 sd_code sd_cuda_kda_conv(float *conv_rows, int n_rows, const float *q, const float *k, const float *v,
                          const float *q_conv, const float *k_conv, const float *v_conv, int T, int H, int d, int W,
-                         sd_dev_pos pos0, bool settled, float *qc, float *kc, float *vc, cudaStream_t stream,
-                         sd_status *st);
+                         sd_dev_pos pos0, bool settled, const sd_mat *f_b, const float *fa, float *gate, const sd_mat *g_b,
+                         const float *ga, float *gb, float *qc, float *kc, float *vc, cudaStream_t stream, sd_status *st);
 
 // (b) The recurrence over T tokens: reads the state after n0 tokens from slot n0 % n_slots of S
 // (n_slots × H × d × d, fp32, S[slot][h][i][j]) and writes slots n0+1 .. n0+T; y (T, P) gets

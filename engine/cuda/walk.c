@@ -50,9 +50,9 @@ static sd_code first_launch(const sd_lin_job *jobs, int n, int T, const sd_lin_n
     return norm ? sd_cuda_linear_multi_norm(jobs, n, T, norm, q, st) : sd_cuda_linear_multi(jobs, n, T, q, st);
 }
 
-// KDA: the six projections of a in one launch (q, k, v, f_a, b, g_a), conv, the two low-rank
-// second halves in one launch (f_b, g_b), the recurrence (gates applied as it reads them), the
-// gated norm, o_proj. settled: called by the walk, whose forward began drained (kda.h).
+// KDA: the six projections of a in one launch (q, k, v, f_a, b, g_a), the conv and the two
+// low-rank second halves (f_b, g_b) in one launch, the recurrence (gates applied as it reads
+// them), the gated norm, o_proj. settled: called by the walk, whose forward began drained (kda.h).
 static sd_code kda_mixer(sd_cuda_backend *b, const sd_kda_weights *w, const sd_config *c, sd_state *s, int layer,
                          const float *a, int T, float *out, bool accumulate, const sd_lin_norm *norm, bool settled,
                          trace_burst *tb, sd_status *st) {
@@ -65,9 +65,7 @@ static sd_code kda_mixer(sd_cuda_backend *b, const sd_kda_weights *w, const sd_c
                              job(&w->b, a, x->beta, SD_LIN_STORE),  job(&w->g_a, a, x->ga, SD_LIN_STORE)};
     TRY(first_launch(in, 6, T, norm, q, st));
     TRY(sd_cuda_kda_conv(s->kda[layer].conv, s->max_T + W - 1, x->q, x->k, x->v, w->q_conv, w->k_conv, w->v_conv, T, H,
-                         d, W, pos0, settled, x->qc, x->kc, x->vc, q, st));
-    const sd_lin_job low[] = {job(&w->f_b, x->fa, x->gate, SD_LIN_STORE), job(&w->g_b, x->ga, x->gb, SD_LIN_STORE)};
-    TRY(sd_cuda_linear_multi(low, 2, T, q, st));
+                         d, W, pos0, settled, &w->f_b, x->fa, x->gate, &w->g_b, x->ga, x->gb, x->qc, x->kc, x->vc, q, st));
     // The recurrence (state slots pos0+1 .. pos0+T), applying the gates as it reads them:
     // g = -exp(A_log) · softplus(f_b·(f_a·a) + dt_bias), β = sigmoid(b·a).
     uint64_t t_scan = bucket_start(b, tb);
