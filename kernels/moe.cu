@@ -62,7 +62,12 @@
 // waits for them); on a side stream forked there, off the chain: 2.803 -> 2.785 at N = 2, 2.802
 // at 4, 2.860 at 8, 2.778 at 4 with an evict_last policy. So predicting the routing ahead (from
 // the layer's input, say) can buy at most ~1% at these sizes: 50 MB of L2 cannot hold the
-// experts across the o_proj, router and shared-expert traffic in between.
+// experts across the o_proj, router and shared-expert traffic in between. Nor does dropping the
+// selection's launch (its 5.4 µs increment) at one token by letting every routed up block and
+// every down block route the token itself in one warp from the router logits (route_warp's keys
+// and weights, so the same bits: every GPU suite passed): decode 2.724-2.738 -> 3.294-3.327 ms,
+// the up increment 27.4 -> 49.8 µs — each of the 1024 routed up blocks spends its selection
+// before its first weight load, and the shared expert's blocks now wait for the router too.
 #include "moe.h"
 #include "linear.cuh"
 #include "linear.h"
