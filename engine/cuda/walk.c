@@ -183,7 +183,12 @@ static sd_code moe_experts_eager(sd_cuda_backend *b, sd_state *s, const sd_cuda_
 // selection does (sd_cuda_moe_up) — and in the router's launch from three tokens up, where the
 // router alone is too few blocks (same bits either way: linear.cuh's dots, silu(g)·u). Measured
 // on the H200 (kimi-linear-48b-a3b): decode 3.113 -> 3.025 ms; verify T=5 in the up launch
-// 9.79 -> 10.24 ms, hence the split.
+// 9.79 -> 10.24 ms, hence the split. Measured and not kept (2026-11-29): the selection as the
+// router launch's tail (the last router block to finish, by an atomic ticket, ran select_rank's
+// code: same bits, every GPU suite passed) with the shared gate+up in that launch at every T:
+// decode 2.717-2.725 -> 2.848-2.863 ms. The launch's increment (9.8 µs) was no shorter than
+// router + selection (4.6 + 5.4), and the up launch's grew 27.4 -> 31.9 µs: the router launch's
+// 160 blocks hold the multiprocessors the up launch's first wave waited on before.
 #define MOE_SHARED_IN_UP_MAX_T 2
 static sd_code moe_block(sd_cuda_backend *b, const sd_moe_weights *w, const sd_config *c, sd_state *s, int layer,
                          const float *xin, int T, float *out, bool accumulate, const sd_lin_norm *norm, sd_status *st) {
