@@ -441,7 +441,7 @@ typedef struct {
 // of the block in flight at once, no registers holding them — and the warps dot them from there
 // (the same chunks, order and bits); other experts take the register path.
 template <int TMAX, bool BULK>
-static __global__ void __launch_bounds__(MOE_WARPS * 32, BULK && TMAX <= 2 ? 3 : 2)
+static __global__ void __launch_bounds__(MOE_WARPS * 32, TMAX == 1 && !BULK ? 4 : BULK && TMAX <= 2 ? 3 : 2)
 moe_up_kernel(const __grid_constant__ moe_params p, int g_lo, int ent_lo, int ent_hi, int with_shared) {
     __shared__ float gu[2][UP_ROWS][TMAX];
     extern __shared__ __align__(128) unsigned char up_sm[]; // BULK: UP_ROWS gate rows, UP_ROWS up rows, the barrier
@@ -506,12 +506,15 @@ moe_up_kernel(const __grid_constant__ moe_params p, int g_lo, int ent_lo, int en
                 else sd_lin_dot_fast<TMAX, 1, true, sd_lin_unroll<TMAX>::one, sd_lin_gather<TMAX>, true>(w, p.D, xs, n, acc);
             }
         } else {
-            // One token: 10 chunks a lane in flight (5 of each row: a 2560-wide bf16 row pair at
-            // once) within 128 registers; two rows a warp halve the blocks, so the group lookups
-            // that start each block are paid half as often. (The BULK instance's fallback keeps
-            // the default depth, within its register budget.)
-            constexpr int U = TMAX == 1 && !BULK ? 10 : sd_lin_unroll<TMAX>::one;
-            constexpr int U2 = TMAX == 1 && !BULK ? 5 : sd_lin_unroll<TMAX>::two;
+            // One token: 4 chunks a lane in flight (2 of each row) within 64 registers, so 4 blocks
+            // share a multiprocessor — more of the routed blocks are resident, waiting, when the
+            // selection ends. Measured (kimi-linear-48b-a3b decode, H200, one run, two rounds):
+            // 10 chunks at 2 blocks (128 registers) 2.718/2.728 ms, 6 at 3 (80) 2.711/2.723, 4 at
+            // 4 (64) 2.684/2.700. Two rows a warp halve the blocks, so the group lookups that
+            // start each block are paid half as often. (The BULK instance's fallback keeps the
+            // default depth, within its register budget.)
+            constexpr int U = TMAX == 1 && !BULK ? 4 : sd_lin_unroll<TMAX>::one;
+            constexpr int U2 = TMAX == 1 && !BULK ? 2 : sd_lin_unroll<TMAX>::two;
             if (live) sd_lin_dot<TMAX, sd_lin_gather<TMAX>, U, U2>(wrow, bf, wrow1, bf, p.D, xs, n, p.xfast, acc);
         }
 #pragma unroll
@@ -716,7 +719,7 @@ extern "C" sd_code sd_cuda_moe_up(const sd_cuda_moe_args *a, int g_lo, int g_hi,
     cudaError_t e;
     // BULK from two tokens up when a block's bf16 rows fit (2 · UP_ROWS · D · 2 bytes; experts of
     // other dtypes take the register path inside it). Measured (moe_lab, Kimi dims, one run): T=1
-    // 26.0 -> 27.1 µs (the register path's 10 chunks a lane stay), T=2 50.5 -> 46.0, T=5 114.6
+    // 26.0 -> 27.1 µs (so one token keeps the register path), T=2 50.5 -> 46.0, T=5 114.6
     // -> 107.0, T=9 186.5 -> 185.2.
     const size_t smem = 2 * UP_ROWS * (size_t)a->D * 2 + sizeof(uint64_t);
     const bool bulk = a->T >= 2 && (a->D * 2) % 16 == 0 && smem <= UP_BULK_MAX;
