@@ -200,7 +200,8 @@ static size_t split_smem(int R, int dr) {
 // Grid (SD_MLA_SPLIT, ceil(Hm/4), T); blocks past the token's chunk count exit. Per tile: all 8
 // warps score (warp w: head w % 4, rows 8·(w / 4) ..), warp hl updates head hl's state and writes
 // the tile's e_j and rescale factor, then every thread folds them into its latent columns.
-// part[t][h][k] = (acc[0..R), m, l). NK: latent entries per lane (32·NK >= R).
+// part[t][h][k] = (acc[0..R), m, l). NK: latent entries per lane (32·NK >= R). Two blocks a
+// multiprocessor: three (85 registers) took the kimi-linear MLA mixer 44.6 -> 49.7 µs (H200).
 template <int NK, int RX, int DRX>
 static __global__ void __launch_bounds__(MLA_THREADS, 2)
 split_kernel(const float *__restrict__ mq, const float *__restrict__ qabs, const float *__restrict__ c,

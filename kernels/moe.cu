@@ -77,7 +77,9 @@
 #define MOE_WARPS 8   // route and up: warps per block
 #define UP_RPW 2 // up: rows a warp dots at once (one x load feeds both)
 #define UP_ROWS (MOE_WARPS / 2 * UP_RPW) // up: expert rows per block (a gate warp and an up warp each 2)
-#define DOWN_ROWS 16 // down: output rows per block (8 and 32 measured the same at Kimi T = 1)
+// down: output rows per block. Kimi decode on the H200 (2026-11-29, beside the 4-block up): 16
+// 2.691/2.688 ms, 8 2.689/2.686, 32 2.727/2.742 (though 2.534/2.558 as a graph against 2.570/2.559).
+#define DOWN_ROWS 16
 #define DOWN_ROWS_PER_WARP 4
 #define DOWN_SMEM_MAX (96 * 1024) // down: the most shared memory a block's rows take
 #define SEL_MAX_E 1024
