@@ -34,7 +34,7 @@ typedef struct {
 // scratch's mla_part (the CPU leaves it unused).
 #define SD_MLA_SPLIT 32
 // The most slices the device argmax cuts a row into (kernels/sampling.cu); sizes the scratch's
-// argmax_ws.
+// argmax_ws (a row: its ticket, then a value and an index per slice).
 #define SD_ARGMAX_SLICES 64
 #define SD_ARGMAX_WS_INTS(rows) ((size_t)(rows) * (2 * SD_ARGMAX_SLICES + 1))
 

@@ -43,7 +43,7 @@ __device__ static void block_merge(float bv, int bi, float *sv, int *si, float *
 }
 
 // (value, index) of the first maximum of x[0..n), NaN skipped; index -1 when every entry is NaN.
-// All threads return the result. sv, si hold SAMPLE_THREADS entries.
+// All threads return the result. sv, si hold blockDim.x entries.
 __device__ static void block_argmax(const float *x, int n, float *sv, int *si, float *mv, int *mi) {
     const int tid = threadIdx.x;
     float bv = 0.0f;
@@ -81,8 +81,9 @@ __device__ static void block_argmax(const float *x, int n, float *sv, int *si, f
 }
 
 // Grid (slices, rows): block (s, r) takes entries [s·len, min((s+1)·len, n)) of row r; the row's
-// last block to finish merges the slices' results (in ws: part_v, part_i per (row, slice), then a
-// ticket per row, re-zeroed by that last block) and writes out[r].
+// last block to finish merges the slices' results and writes out[r]. Row r's workspace, at
+// r·(2·SD_ARGMAX_SLICES + 1) whatever the call's rows and slices (so a ticket never lands where
+// another call left a partial): its ticket (re-zeroed by that last block), then part_v and part_i.
 static __global__ void __launch_bounds__(ARGMAX_THREADS)
 argmax_kernel(const float *__restrict__ x, int n, int len, int *ws, int *__restrict__ out) {
     sd_pdl_enter();
@@ -93,8 +94,8 @@ argmax_kernel(const float *__restrict__ x, int n, int len, int *ws, int *__restr
     float m;
     int i;
     block_argmax(x + (size_t)r * n + lo, min(len, n - lo), sv, si, &m, &i);
-    float *part_v = (float *)ws + (size_t)r * S;
-    int *part_i = ws + (size_t)gridDim.y * S + (size_t)r * S, *ticket = ws + 2 * (size_t)gridDim.y * S + r;
+    int *ticket = ws + (size_t)r * (2 * SD_ARGMAX_SLICES + 1), *part_i = ticket + 1 + SD_ARGMAX_SLICES;
+    float *part_v = (float *)(ticket + 1);
     if (threadIdx.x == 0) {
         part_v[s] = m;
         part_i[s] = i < 0 ? -1 : lo + i;

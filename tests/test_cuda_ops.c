@@ -298,8 +298,9 @@ Test(cuda_ops, sampling) {
     gbuf_get(&di, got_i, sizeof got_i);
     for (int r = 0; r < rows; r++) cr_assert_eq(got_i[r], sd_argmax(l + (size_t)r * n, n), "argmax row %d", r);
     // Vocabulary-sized rows cut into slices: the maximum in a later slice, a tie across slices
-    // (the first index wins), an odd length (the scalar path), NaN in the leading slice; twice
-    // with the same workspace.
+    // (the first index wins), an odd length (the scalar path), NaN in the leading slice; with the
+    // same workspace, two rows and then one (a verify, then a decode), so each call's tickets sit
+    // where earlier calls left partials.
     const int nv[] = {163840, 163841};
     for (int k = 0; k < 2; k++) {
         const int n2 = nv[k];
@@ -308,18 +309,23 @@ Test(cuda_ops, sampling) {
         big[n2 + 9000] = 90.0f; big[n2 + 150000] = 90.0f;     // row 1: a tie across slices
         gbuf dbig = gbuf_new((size_t)2 * n2);
         gbuf_put(&dbig, big, sizeof(float) * 2 * (size_t)n2);
-        OK(sd_cuda_argmax(dbig.p, 2, n2, (int *)di.p, (int *)dws.p, stream0(), &st_));
-        gbuf_get(&di, got_i, 2 * sizeof(int));
-        for (int r = 0; r < 2; r++)
-            cr_assert_eq(got_i[r], sd_argmax(big + (size_t)r * n2, n2), "argmax of %d entries, row %d: %d", n2, r, got_i[r]);
-        cr_assert_eq(got_i[0], n2 - 5);
-        cr_assert_eq(got_i[1], 9000);
+        for (int nr = 2; nr >= 1; nr--) {
+            CU(cudaMemset(di.p, 0xff, 2 * sizeof(int))); // a result not written shows as -1
+            OK(sd_cuda_argmax(dbig.p, nr, n2, (int *)di.p, (int *)dws.p, stream0(), &st_));
+            gbuf_get(&di, got_i, 2 * sizeof(int));
+            for (int r = 0; r < nr; r++)
+                cr_assert_eq(got_i[r], sd_argmax(big + (size_t)r * n2, n2), "argmax of %d x %d entries, row %d: %d", nr, n2,
+                             r, got_i[r]);
+            cr_assert_eq(got_i[0], n2 - 5);
+            if (nr == 2) cr_assert_eq(got_i[1], 9000);
+        }
         gbuf_done(&dbig, "argmax rows");
         free(big);
     }
     int *ws_back = malloc(ws_n * sizeof(int));
     gbuf_get(&dws, ws_back, ws_n * sizeof(int));
-    for (int r = 0; r < rows; r++) cr_assert_eq(ws_back[2 * rows * SD_ARGMAX_SLICES + r], 0, "argmax ticket %d left set", r);
+    for (int r = 0; r < rows; r++)
+        cr_assert_eq(ws_back[(size_t)r * (2 * SD_ARGMAX_SLICES + 1)], 0, "argmax ticket %d left set", r);
     free(ws_back);
     gbuf_done(&dws, "argmax workspace");
 

@@ -34,8 +34,6 @@ sd_code sd_cuda_graph_capture(const sd_model *m, sd_state *s, int T, sd_cuda_gra
         rc = sd_fail(st, SD_ERR_SYS, "cuda graph: cannot allocate the token buffers: %s", cudaGetErrorString(cudaGetLastError()));
     // Zeroed tokens: a replay before any upload still reads valid ids.
     if (!rc) memset(g->tokens_host, 0, sizeof(int) * (size_t)T);
-    if (!rc && cudaStreamSynchronize(b->stream) != cudaSuccess)
-        rc = sd_fail(st, SD_ERR_SYS, "cuda graph: %s", cudaGetErrorString(cudaGetLastError()));
     cudaGraph_t graph = NULL;
     if (!rc) {
         cudaError_t e = cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal);
@@ -72,8 +70,7 @@ sd_code sd_cuda_graph_forward(sd_cuda_graph *g, const int *tokens, int *argmax, 
     if (rc) return rc;
     const sd_cuda_backend *b = sd_cuda_backend_of(g->model);
     SD_CUDA_CHECK(st, cudaSetDevice(b->device));
-    SD_CUDA_CHECK(st, cudaStreamSynchronize(b->stream)); // no earlier work still reads tokens_host
-    memcpy(g->tokens_host, tokens, sizeof(int) * (size_t)T); // the graph's embedding reads them there
+    memcpy(g->tokens_host, tokens, sizeof(int) * (size_t)T); // the previous replay drained; the embedding reads them here
     SD_CUDA_CHECK(st, cudaGraphLaunch((cudaGraphExec_t)g->exec, b->stream));
     SD_CUDA_CHECK(st, cudaStreamSynchronize(b->stream)); // its argmax kernel wrote argmax_host
     memcpy(argmax, g->argmax_host, sizeof(int) * (size_t)T);
