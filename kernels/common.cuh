@@ -47,11 +47,12 @@ static inline cudaError_t sd_launch(void (*kernel)(KArgs...), dim3 grid, dim3 bl
     return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 
-// Lets `kernel` take `smem` bytes of dynamic shared memory (the opt-in above 48 KB): the runtime
+// Lets `kernel` take `smem` bytes of dynamic shared memory (the opt-in: the default is 48 KB less
+// the kernel's static shared memory, so anything above 32 KB asks): the runtime
 // is asked once per kernel, device and larger size, not on every launch (a cache per
 // translation unit, for the kernels it launches).
 static inline cudaError_t sd_allow_smem(const void *kernel, size_t smem) {
-    if (smem <= 48 * 1024) return cudaSuccess;
+    if (smem <= 32 * 1024) return cudaSuccess; // within the default whatever the kernel's static shared memory
     struct grant {
         const void *kernel;
         int dev;

@@ -44,7 +44,15 @@
 // every resident warp, the last unit of a row (a per-row atomic ticket) combining it — same
 // bits, same 22.9 µs at Kimi T = 1: the evenness of the split is not what bounds it; 4 blocks a
 // multiprocessor (128 registers, some spilled) 25.1 µs; 4 output rows a block with a whole
-// unit slice a lane in flight 27.5 µs. A decode (T = 1) MoE in ONE launch (2026-11-29): a 1-D
+// unit slice a lane in flight 27.5 µs. A block owning its output rows of EVERY stage of the launch
+// (2026-11-30: 8, 12 or 16 rows; each routed group's expert, then the shared one, streamed through
+// 3-4 bulk-copied slots with their activation rows; no tickets, the block combines its own rows):
+// same bits (every GPU suite and moe_lab passed), but decode 2.679-2.695 -> 2.710-2.748 ms at 8
+// rows and 3 slots, 2.753-2.763 at 12 and 4, 2.794-2.802 at 16 and 3 (graph 2.560-2.574 ->
+// 2.553-2.576 at 8; verify T=2 4.36 -> 4.39-4.48); staging all nine activation rows once with 2
+// slots, graph 2.536 but decode 2.710-2.716. Its increment 19.7 -> 20.8 µs and the next layer's
+// KDA scan's 4.9 -> 9.3 µs (ktrace): the long-lived down blocks hold the multiprocessors the next
+// launches start on. A decode (T = 1) MoE in ONE launch (2026-11-29): a 1-D
 // grid of pieces — each expert's up blocks, then its down blocks (32 rows, 256 threads) placed
 // LAG experts later, waiting on a per-expert device counter of finished up blocks instead of a
 // launch boundary, the last combine re-zeroing the counters. Same device functions, so the same
