@@ -25,7 +25,11 @@ extern "C" {
 // its wait (at T = 1 too) was slower in both (3.92 / 3.82). So was handing a launch the
 // NEXT launch's weights for its last blocks to bulk-prefetch into L2 as they finish (in-proj ->
 // o_proj, o_proj -> router, up -> the selected downs, down -> the next in-proj): 2.999 ms off,
-// 3.03-3.15 per hint, 3.23 all; the later launches got no faster from L2.
+// 3.03-3.15 per hint, 3.23 all; the later launches got no faster from L2. Nor a launch's
+// first-wave blocks bulk-prefetching the rows of the block that takes their place a wave later
+// (2026-11-30, multi-wave launches only; same bits, every GPU suite passed): decode 2.674-2.706
+// -> 2.784-2.787 ms for the Linear kernels, 2.700-2.734 for the MoE down, 2.811-2.831 for the
+// MoE up, 2.925-2.935 all three.
 typedef enum { SD_PDL_OFF = 0, SD_PDL_OVERLAP = 1 } sd_pdl_mode;
 void sd_cuda_pdl(sd_pdl_mode mode);
 sd_pdl_mode sd_cuda_pdl_mode(void);
