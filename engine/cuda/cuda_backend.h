@@ -33,6 +33,8 @@ typedef struct sd_cuda_backend {
     // is device-mapped at the same address, so the kernels read a forward's tokens and write
     // its argmaxes and draws there directly: no copy operations at either end of a step.
     int *tokens_host;            // (tokens_cap) a forward's tokens, read by the embedding
+    bool tokens_idle;            // no launched kernel reads tokens_host: the last forward that
+                                 //   wrote them ended drained (false after a failed one)
     int *argmax_host;            // (tokens_cap) each output row's argmax (sd_forward_opts.argmax)
     size_t tokens_cap;
     int *sampled_host;           // (sample_cap) each output row's draw (sd_forward_opts.sampled)

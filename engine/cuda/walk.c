@@ -317,15 +317,18 @@ sd_code sd_cuda_forward(const sd_model *m, sd_state *s, const int *tokens, int T
         return sd_fail(st, SD_ERR_USAGE, "cuda forward: the state is not in device %d memory (make it with sd_cuda_state_init)",
                        b->device);
     SD_CUDA_CHECK(st, cudaSetDevice(b->device));
+    // Only a forward that failed before its drain can leave an embedding reading tokens_host: a
+    // drain here would also wait for what came since (a commit's cursor launch) and leave the
+    // device idle between steps.
+    if (!b->tokens_idle) SD_CUDA_CHECK(st, cudaStreamSynchronize(b->stream));
     TRY(ensure_buffers(b, s->max_T > T ? s->max_T : T, st));
     // Checked before any launch: a refused forward leaves the state (and its cursor) as it was.
     if (opts && opts->probs) TRY(sd_cuda_check_device_ptr(b, opts->probs, "forward: opts.probs", st));
-    cudaStream_t q = b->stream;
-
-    SD_CUDA_CHECK(st, cudaStreamSynchronize(q)); // tokens_host may still feed earlier work
+    b->tokens_idle = false;
     memcpy(b->tokens_host, tokens, sizeof(int) * (size_t)T); // the embedding reads them there
     TRY(sd_cuda_walk(b, m, s, b->tokens_host, T, opts, st));
     TRY(sd_cuda_head(b, m, s, T, logits, last_only, opts, st)); // head.c: ends drained, host results valid
+    b->tokens_idle = true;
     sd_state_advance(s, T); // the host's side of the cursor advanced above
     return SD_OK;
 }
