@@ -6,8 +6,9 @@
 //            successor start only after its own wait, so the up launch's shared-expert blocks
 //            (which read only x) run during the selection.
 //   select:  the CPU's rules. Without group limits and for T·E <= 1024, one thread per (token,
-//            expert) counts the token's larger keys (a 64-bit key orders value desc, index asc —
-//            the CPU's "largest untaken, ties to the lower index" for NaN-free scores): its rank.
+//            expert) makes a 64-bit key (value desc, index asc — the CPU's "largest untaken, ties
+//            to the lower index" for NaN-free scores); each warp sorts its 32 keys and offers its
+//            K largest, and a candidate's rank among the token's candidates is its place.
 //            Otherwise a warp per token: group scores per lane, kept groups by the CPU's
 //            take_max, then K rounds of a warp arg-max over the keys held in registers. The
 //            grouping ranks the T·K entries (O((T·K)²) compares, no pass over the E experts).
@@ -347,10 +348,19 @@ static size_t select_smem(int nw, int T, int K, int E, int G) {
 }
 
 // No group limit (G = 1) and T·E <= 1024: one thread per (token, expert). Thread (t, e) makes
-// expert e's key — (sigmoid(logit) + bias, then the lower index) as route_warp orders them — and
-// counts the token's larger keys: that count is its rank, and the experts of rank < K are
-// route_warp's selection in route_warp's order (keys are distinct). Then w_j = s[sel_j] summed in
-// selection order, renormalised and scaled — route_warp's arithmetic — and the grouping.
+// expert e's key — (sigmoid(logit) + bias, then the lower index) as route_warp orders them; keys
+// are distinct, so the experts of the token's K largest keys, largest first, are route_warp's
+// selection in route_warp's order. WARPSORT (E a multiple of 32, K <= 32): each warp sorts its 32
+// keys (a bitonic network over shuffles) and offers its K largest; a candidate's rank is the
+// count of the token's larger candidates (E/32·K of them, not E) — the kernel is one block of
+// serial compares, so that count is its length. Measured on the H200 (kimi-linear-48b-a3b, E =
+// 256, K = 8, against ranking all 256 keys): the selection's increment 5.1-5.3 -> 4.2 µs
+// (bench/ktrace.c), moe_lab's select 6.9 -> 5.6 µs, decode 2.687-2.703 -> 2.649-2.669 ms with
+// the forward's tokens change of the same run (walk.c). Otherwise every key's rank is the count
+// of the token's larger keys. Then
+// w_j = s[sel_j] summed in selection order, renormalised and scaled — route_warp's arithmetic —
+// and the grouping.
+template <bool WARPSORT>
 static __global__ void select_rank_kernel(const float *__restrict__ logits, const float *__restrict__ bias, int T, int E,
                                           int K, int renormalize, float scaling, int *sel, float *wts,
                                           int *__restrict__ groups) {
@@ -363,24 +373,48 @@ static __global__ void select_rank_kernel(const float *__restrict__ logits, cons
     const float b = live ? bias[e] : 0.0f;
     sd_pdl_wait();
     sd_pdl_trigger(); // only now: the up launch's shared-expert blocks read the router launch's output (moe.h)
+    unsigned long long mine = 0; // below every key: an ordered value is never 0 with ~e in the low half
     if (live) {
         const float sv = sd_dev_sigmoid(logits[q]), sp = sv + b;
         const uint32_t u = __float_as_uint(sp == 0.0f ? 0.0f : sp); // -0 ties +0, as in take_max
         const uint32_t ord = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-        key[q] = (unsigned long long)ord << 32 | (uint32_t)~(uint32_t)e;
+        mine = (unsigned long long)ord << 32 | (uint32_t)~(uint32_t)e;
         s[q] = sv;
     }
-    __syncthreads();
-    if (live) { // rank = the count of larger keys: four keys (two 16-byte loads) an iteration when aligned
-        const unsigned long long mine = key[q], *kt = key + (size_t)t * E;
-        int rank = 0, e2 = 0;
+    // rank = the count of larger keys among `n` at kt: four (two 16-byte loads) an iteration when aligned
+    auto rank_of = [](unsigned long long k, const unsigned long long *kt, int n) {
+        int rank = 0, i = 0;
         if ((((uintptr_t)kt) & 15) == 0)
-            for (; e2 + 4 <= E; e2 += 4) {
-                const ulonglong2 a = *(const ulonglong2 *)(kt + e2), b2 = *(const ulonglong2 *)(kt + e2 + 2);
-                rank += (a.x > mine) + (a.y > mine) + (b2.x > mine) + (b2.y > mine);
+            for (; i + 4 <= n; i += 4) {
+                const ulonglong2 a = *(const ulonglong2 *)(kt + i), b2 = *(const ulonglong2 *)(kt + i + 2);
+                rank += (a.x > k) + (a.y > k) + (b2.x > k) + (b2.y > k);
             }
-        for (; e2 < E; e2++) rank += kt[e2] > mine;
-        if (rank < K) sel_sh[t * K + rank] = e;
+        for (; i < n; i++) rank += kt[i] > k;
+        return rank;
+    };
+    if (WARPSORT) { // a warp holds 32 experts of one token (E % 32 == 0)
+        const int lane = q & 31, nc = (E / 32) * K;
+        unsigned long long kv = mine;
+#pragma unroll
+        for (int k = 2; k <= 32; k <<= 1)
+#pragma unroll
+            for (int j = k >> 1; j > 0; j >>= 1) { // descending: the lower lane of a pair keeps the larger
+                const unsigned long long o = __shfl_xor_sync(0xffffffffu, kv, j);
+                kv = (((lane & j) == 0) == ((lane & k) == 0)) ? (o > kv ? o : kv) : (o < kv ? o : kv);
+            }
+        if (live && lane < K) key[(size_t)t * nc + (e >> 5) * K + lane] = kv;
+        __syncthreads();
+        if (q < T * nc) {
+            const int t2 = q / nc, rank = rank_of(key[q], key + (size_t)t2 * nc, nc);
+            if (rank < K) sel_sh[t2 * K + rank] = (int)~(uint32_t)key[q];
+        }
+    } else {
+        if (live) key[q] = mine;
+        __syncthreads();
+        if (live) {
+            const int rank = rank_of(mine, key + (size_t)t * E, E);
+            if (rank < K) sel_sh[t * K + rank] = e;
+        }
     }
     __syncthreads();
     if (live && e < K) { // thread (t, j = e): selection j of token t
@@ -408,8 +442,9 @@ extern "C" sd_code sd_cuda_moe_select(const float *logits, const float *bias, in
     if (rc) return rc;
     if (T < 1) return SD_OK;
     if (G == 1 && T * E <= 1024 && select_rank_smem(T, K, E) <= 48 * 1024) {
-        SD_CUDA_CHECK(st, sd_launch(select_rank_kernel, 1, sd_ceil_div(T * E, 32) * 32, select_rank_smem(T, K, E), stream, logits,
-                                    bias, T, E, K, renormalize ? 1 : 0, scaling, sel, w, groups));
+        SD_CUDA_CHECK(st, sd_launch(E % 32 == 0 && K <= 32 ? select_rank_kernel<true> : select_rank_kernel<false>, 1,
+                                    sd_ceil_div(T * E, 32) * 32, select_rank_smem(T, K, E), stream, logits, bias, T, E, K,
+                                    renormalize ? 1 : 0, scaling, sel, w, groups));
         return SD_OK;
     }
     int nw = T < 16 ? T : 16;

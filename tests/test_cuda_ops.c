@@ -279,6 +279,72 @@ Test(cuda_ops, moe_route) {
     }
 }
 
+// The selection from router logits (sd_cuda_moe_select, walk.c's path) against the CPU route
+// of the same logits (an identity router: each score is its logit exactly), and its grouping
+// against sd_cuda_moe_groups_host. Shapes that take the one-block rank kernel with and without
+// the warp sort (E a multiple of 32, K <= 32) and the warp-per-token kernel; with tie=1 every
+// token's scores tie — K-1 experts at one value, two more at a lower one across the K-th place,
+// bias 0 — so the lower index must win each tie.
+typedef struct { int E, K, G, topk_group, T, tie; } select_case;
+static const select_case SELECT_CASES[] = {
+    {256, 8, 1, 1, 1, 0}, {256, 8, 1, 1, 4, 0}, {256, 8, 1, 1, 2, 1}, {64, 6, 1, 1, 3, 0}, {64, 6, 1, 1, 3, 1},
+    {48, 4, 1, 1, 5, 0},  {16, 2, 1, 1, 9, 0},  {16, 2, 1, 1, 9, 1},  {64, 6, 8, 3, 9, 0},
+};
+
+Test(cuda_ops, moe_select) {
+    NEED_GPU();
+    for (size_t c = 0; c < sizeof SELECT_CASES / sizeof *SELECT_CASES; c++) {
+        const select_case *k = &SELECT_CASES[c];
+        const int E = k->E, K = k->K, T = k->T;
+        sd_config cfg = {.hidden_size = E, .num_experts = E, .num_experts_per_token = K, .num_expert_group = k->G,
+                         .topk_group = k->topk_group, .moe_renormalize = true, .routed_scaling_factor = 2.446f};
+        float *logits = rand_host((size_t)T * E, 900 + c, 2.0f), *bias = rand_host(E, 910 + c, 0.1f);
+        float *eye = calloc((size_t)E * E, sizeof(float));
+        for (int e = 0; e < E; e++) eye[(size_t)e * E + e] = 1.0f;
+        if (k->tie) {
+            memset(bias, 0, sizeof(float) * E);
+            for (int t = 0; t < T; t++) {
+                float *l = logits + (size_t)t * E;
+                for (int j = 0; j < K - 1; j++) l[(size_t)(E - 1 - 3 * j - t) % E] = 6.0f;
+                l[1 + t] = 5.0f; // ties l[E - 2 - t] for the K-th place: the lower index wins
+                l[E - 2 - t] = 5.0f;
+            }
+        }
+        sd_moe_weights mw = {.router = eye, .bias = bias};
+        int *sel_ref = malloc(sizeof(int) * T * K), *sel_got = malloc(sizeof(int) * T * K);
+        float *w_ref = malloc(sizeof(float) * T * K), *w_got = malloc(sizeof(float) * T * K);
+        for (int t = 0; t < T; t++) sd_moe_route(&mw, &cfg, logits + (size_t)t * E, sel_ref + t * K, w_ref + t * K);
+        const size_t n_int = sd_cuda_moe_groups_ints(T, K, E);
+        int *groups_ref = malloc(sizeof(int) * n_int), *groups_got = malloc(sizeof(int) * n_int);
+        sd_cuda_moe_groups_host(sel_ref, T, K, E, groups_ref);
+        gbuf dl = gbuf_new((size_t)T * E), db = gbuf_new(E), dsel = gbuf_new((size_t)T * K), dw = gbuf_new((size_t)T * K);
+        gbuf dg = gbuf_new(n_int);
+        gbuf_put(&dl, logits, sizeof(float) * T * E);
+        gbuf_put(&db, bias, sizeof(float) * E);
+        OK(sd_cuda_moe_select(dl.p, db.p, T, E, K, k->G, k->topk_group, true, 2.446f, (int *)dsel.p, dw.p, (int *)dg.p,
+                              stream0(), &st_));
+        gbuf_get(&dsel, sel_got, sizeof(int) * T * K);
+        gbuf_get(&dw, w_got, sizeof(float) * T * K);
+        gbuf_get(&dg, groups_got, sizeof(int) * n_int);
+        for (int i = 0; i < T * K; i++) cr_assert_eq(sel_got[i], sel_ref[i], "select case %zu: sel[%d]", c, i);
+        // The grouping's used part: the count, each group's expert and start, each entry.
+        const int gc = T * K < E ? T * K : E, ng = groups_ref[0];
+        cr_assert_eq(groups_got[0], ng, "select case %zu: %d groups, want %d", c, groups_got[0], ng);
+        for (int g = 0; g < ng; g++) {
+            cr_assert_eq(groups_got[1 + g], groups_ref[1 + g], "select case %zu: group %d's expert", c, g);
+            cr_assert_eq(groups_got[1 + gc + g], groups_ref[1 + gc + g], "select case %zu: group %d's start", c, g);
+        }
+        for (size_t i = 2 + 2 * (size_t)gc; i < n_int; i++)
+            cr_assert_eq(groups_got[i], groups_ref[i], "select case %zu: grouping int %zu", c, i);
+        // Weights: the device's expf (≤ 2 ulp from glibc's) in the sigmoid, the same normalisation.
+        CHECK_NMSE(w_got, w_ref, (size_t)T * K, 1e-10, "select weights");
+        gbuf_done(&dl, "logits"); gbuf_done(&db, "bias"); gbuf_done(&dsel, "sel"); gbuf_done(&dw, "w");
+        gbuf_done(&dg, "groups");
+        free(logits); free(bias); free(eye); free(sel_ref); free(sel_got); free(w_ref); free(w_got);
+        free(groups_ref); free(groups_got);
+    }
+}
+
 // ---------------------------------------------------------------------------- sampling
 Test(cuda_ops, sampling) {
     NEED_GPU();
