@@ -44,7 +44,7 @@
 #define MLA_THREADS 256
 static_assert(MLA_THREADS == SD_NORM_THREADS, "the folded cache write runs sd_block_rmsnorm with the absorb block");
 static_assert(SD_MLA_SPLIT <= 32, "merge: one lane per chunk");
-static_assert(MLA_HB * 64 == MLA_THREADS && MLA_HB * 2 * 32 == MLA_THREADS, "split: thread roles");
+static_assert(MLA_HB == 4 && MLA_TILE % (MLA_THREADS / 32) == 0 && MLA_TILE <= 32, "split: thread roles (a float4 of head factors a row)");
 
 // The token at `pos` sees rows 0..pos, cut into *nch <= SD_MLA_SPLIT chunks of *cs rows (the last
 // one shorter): chunk k is rows [k·cs, min((k+1)·cs, pos+1)). A function of pos alone.
@@ -198,8 +198,10 @@ static size_t split_smem(int R, int dr) {
 }
 
 // Grid (SD_MLA_SPLIT, ceil(Hm/4), T); blocks past the token's chunk count exit. Per tile: all 8
-// warps score (warp w: head w % 4, rows 8·(w / 4) ..), warp hl updates head hl's state and writes
-// the tile's e_j and rescale factor, then every thread folds them into its latent columns.
+// warps score (warp w: rows 2w and 2w+1, the block's 4 heads), warp hl updates head hl's state
+// and writes the tile's e_j and rescale factor, then every thread folds them into its latent
+// columns of the 4 heads. Each value of C read from shared memory feeds the 4 heads: the
+// kernel is bound by shared-memory bandwidth, and per output the order is the one above.
 // part[t][h][k] = (acc[0..R), m, l). NK: latent entries per lane (32·NK >= R). Two blocks a
 // multiprocessor: three (85 registers) took the kimi-linear MLA mixer 44.6 -> 49.7 µs (H200).
 template <int NK, int RX, int DRX>
@@ -236,27 +238,38 @@ split_kernel(const float *__restrict__ mq, const float *__restrict__ qabs, const
         issued = 1;
     }
 
-    // Score role: warp w, head hl = w % 4, tile rows 8·(w / 4) .. +7.
-    const int hl = w % MLA_HB, r0 = (w / MLA_HB) * 8, h = blockIdx.y * MLA_HB + hl;
-    float qr[NK], qp[NP];
+    // Score role: warp w, tile rows RW·w .. RW·w+RW-1, for every head of the block — each value of
+    // C loaded from shared memory feeds MLA_HB heads' dots. Shared-memory bandwidth bounds this
+    // kernel: with a warp (and an accumulator thread) per head, loading C once per head, the
+    // kimi-linear split's increment was 11.2 µs a layer, now 8.9 (bench/ktrace.c, H200, ctx 512;
+    // the MLA mixer 44.5-44.8 -> 41.5-41.6 µs, decode 2.657-2.666 -> 2.629-2.638 ms).
+    constexpr int RW = MLA_TILE / (MLA_THREADS / 32);
+    const int r0 = w * RW;
+    float qr[MLA_HB][NK], qp[MLA_HB][NP];
 #pragma unroll
-    for (int i = 0; i < NK; i++) {
-        const int r = lane + 32 * i;
-        qr[i] = h < Hm && r < R ? qabs[((size_t)t * Hm + h) * R + r] : 0.0f;
-    }
+    for (int hl = 0; hl < MLA_HB; hl++) {
+        const int h = blockIdx.y * MLA_HB + hl;
 #pragma unroll
-    for (int i = 0; i < NP; i++) {
-        const int r = lane + 32 * i;
-        qp[i] = h < Hm && r < dr ? mq[((size_t)t * Hm + h) * (dn + dr) + dn + r] : 0.0f;
+        for (int i = 0; i < NK; i++) {
+            const int r = lane + 32 * i;
+            qr[hl][i] = h < Hm && r < R ? qabs[((size_t)t * Hm + h) * R + r] : 0.0f;
+        }
+#pragma unroll
+        for (int i = 0; i < NP; i++) {
+            const int r = lane + 32 * i;
+            qp[hl][i] = h < Hm && r < dr ? mq[((size_t)t * Hm + h) * (dn + dr) + dn + r] : 0.0f;
+        }
     }
     // State role (warps 0..3, head w; every lane holds the same M, L).
     float M = -INFINITY, L = 0.0f;
-    // Accumulator role: thread tid, head ha = tid / 64, latent columns cg + 64·i.
-    constexpr int NA = (32 * NK + 63) / 64;
-    const int ha = tid / 64, cg = tid % 64, hacc = blockIdx.y * MLA_HB + ha;
-    float acc[NA];
+    // Accumulator role: thread tid, latent columns tid + 256·i, for every head of the block (one
+    // load of C a row feeds MLA_HB heads).
+    constexpr int NC = (32 * NK + MLA_THREADS - 1) / MLA_THREADS;
+    float acc[MLA_HB][NC];
 #pragma unroll
-    for (int i = 0; i < NA; i++) acc[i] = 0.0f;
+    for (int hl = 0; hl < MLA_HB; hl++)
+#pragma unroll
+        for (int i = 0; i < NC; i++) acc[hl][i] = 0.0f;
     const float scale = 1.0f / sqrtf((float)(dn + dr));
 
     for (int it = 0; it < ntile; it++) {
@@ -274,30 +287,37 @@ split_kernel(const float *__restrict__ mq, const float *__restrict__ qabs, const
         }
         __syncthreads();
         const float *C = ct + (it & 1) * MLA_TILE * R, *KP = kt + (it & 1) * MLA_TILE * dr;
-        float s[8];
+        float s[RW][MLA_HB];
 #pragma unroll
-        for (int jj = 0; jj < 8; jj++) {
+        for (int jj = 0; jj < RW; jj++) {
             const int j = r0 + jj;
-            float p = 0.0f;
+            float p[MLA_HB];
+#pragma unroll
+            for (int hl = 0; hl < MLA_HB; hl++) p[hl] = 0.0f;
             if (j < nj) {
 #pragma unroll
                 for (int i = 0; i < NK; i++)
-                    if (lane + 32 * i < R) p = fmaf(qr[i], C[j * R + lane + 32 * i], p);
+                    if (lane + 32 * i < R) {
+                        const float cv = C[j * R + lane + 32 * i];
+#pragma unroll
+                        for (int hl = 0; hl < MLA_HB; hl++) p[hl] = fmaf(qr[hl][i], cv, p[hl]);
+                    }
 #pragma unroll
                 for (int i = 0; i < NP; i++)
-                    if (lane + 32 * i < dr) p = fmaf(qp[i], KP[j * dr + lane + 32 * i], p);
+                    if (lane + 32 * i < dr) {
+                        const float kv = KP[j * dr + lane + 32 * i];
+#pragma unroll
+                        for (int hl = 0; hl < MLA_HB; hl++) p[hl] = fmaf(qp[hl][i], kv, p[hl]);
+                    }
             }
-            s[jj] = p;
-        }
 #pragma unroll
-        for (int jj = 0; jj < 8; jj++) s[jj] = sd_warp_sum(s[jj]);
-        if (lane < 8) {
-            float v = s[0];
-#pragma unroll
-            for (int jj = 1; jj < 8; jj++)
-                if (lane == jj) v = s[jj];
-            sc[hl * MLA_TILE + r0 + lane] = v * scale;
+            for (int hl = 0; hl < MLA_HB; hl++) s[jj][hl] = sd_warp_sum(p[hl]);
         }
+        if (lane == 0)
+#pragma unroll
+            for (int jj = 0; jj < RW; jj++)
+#pragma unroll
+                for (int hl = 0; hl < MLA_HB; hl++) sc[hl * MLA_TILE + r0 + jj] = s[jj][hl] * scale;
         __syncthreads();
         if (w < MLA_HB) { // head w's state: M' = max(M, tile max), f = e^(M−M'), l = l·f + e_j (j increasing)
             const bool in = lane < nj;
@@ -306,23 +326,33 @@ split_kernel(const float *__restrict__ mq, const float *__restrict__ qabs, const
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1) tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, o));
             const float Mn = fmaxf(M, tm), f = M == -INFINITY ? 0.0f : expf(M - Mn), e = in ? expf(sj - Mn) : 0.0f;
-            if (lane < MLA_TILE) es[w * MLA_TILE + lane] = e;
+            if (lane < MLA_TILE) es[lane * MLA_HB + w] = e; // (row, head): a row's MLA_HB factors in one load
             if (lane == 0) fs[w] = f;
             L = L * f;
             for (int j = 0; j < nj; j++) L = L + __shfl_sync(0xffffffffu, e, j);
             M = Mn;
         }
         __syncthreads();
-        const float f = fs[ha], *eh = es + ha * MLA_TILE;
+        const float4 f4 = *(const float4 *)fs;
 #pragma unroll
-        for (int i = 0; i < NA; i++) {
-            const int r = cg + 64 * i;
+        for (int i = 0; i < NC; i++) {
+            const int r = tid + MLA_THREADS * i;
             if (r >= R) break;
-            float v = acc[i] * f;
+            float v0 = acc[0][i] * f4.x, v1 = acc[1][i] * f4.y, v2 = acc[2][i] * f4.z, v3 = acc[3][i] * f4.w;
 #pragma unroll
             for (int j = 0; j < MLA_TILE; j++)
-                if (j < nj) v = fmaf(eh[j], C[j * R + r], v);
-            acc[i] = v;
+                if (j < nj) {
+                    const float cv = C[j * R + r];
+                    const float4 e4 = *(const float4 *)(es + j * MLA_HB);
+                    v0 = fmaf(e4.x, cv, v0);
+                    v1 = fmaf(e4.y, cv, v1);
+                    v2 = fmaf(e4.z, cv, v2);
+                    v3 = fmaf(e4.w, cv, v3);
+                }
+            acc[0][i] = v0;
+            acc[1][i] = v1;
+            acc[2][i] = v2;
+            acc[3][i] = v3;
         }
         __syncthreads(); // this tile's buffers, scores and factors are free again
     }
@@ -331,11 +361,15 @@ split_kernel(const float *__restrict__ mq, const float *__restrict__ qabs, const
         o[R] = M;
         o[R + 1] = L;
     }
-    if (hacc >= Hm) return;
-    float *out = part + (((size_t)t * Hm + hacc) * SD_MLA_SPLIT + k) * (R + 2);
 #pragma unroll
-    for (int i = 0; i < NA; i++)
-        if (cg + 64 * i < R) out[cg + 64 * i] = acc[i];
+    for (int hl = 0; hl < MLA_HB; hl++) {
+        const int h = blockIdx.y * MLA_HB + hl;
+        if (h >= Hm) break;
+        float *out = part + (((size_t)t * Hm + h) * SD_MLA_SPLIT + k) * (R + 2);
+#pragma unroll
+        for (int i = 0; i < NC; i++)
+            if (tid + MLA_THREADS * i < R) out[tid + MLA_THREADS * i] = acc[hl][i];
+    }
 }
 
 // ---------------------------------------------------------------------------- merge
