@@ -242,7 +242,9 @@ split_kernel(const float *__restrict__ mq, const float *__restrict__ qabs, const
     // C loaded from shared memory feeds MLA_HB heads' dots. Shared-memory bandwidth bounds this
     // kernel: with a warp (and an accumulator thread) per head, loading C once per head, the
     // kimi-linear split's increment was 11.2 µs a layer, now 8.9 (bench/ktrace.c, H200, ctx 512;
-    // the MLA mixer 44.5-44.8 -> 41.5-41.6 µs, decode 2.657-2.666 -> 2.629-2.638 ms).
+    // the MLA mixer 44.5-44.8 -> 41.5-41.6 µs, decode 2.657-2.666 -> 2.629-2.638 ms). The serial
+    // sums (L here, merge's L) take their shuffles first and only the adds in order: the mixer
+    // 41.4-41.8 -> 40.9-41.1 µs, a graph replay 2.516-2.526 -> 2.504-2.507 ms.
     constexpr int RW = MLA_TILE / (MLA_THREADS / 32);
     const int r0 = w * RW;
     float qr[MLA_HB][NK], qp[MLA_HB][NP];
@@ -329,7 +331,12 @@ split_kernel(const float *__restrict__ mq, const float *__restrict__ qabs, const
             if (lane < MLA_TILE) es[lane * MLA_HB + w] = e; // (row, head): a row's MLA_HB factors in one load
             if (lane == 0) fs[w] = f;
             L = L * f;
-            for (int j = 0; j < nj; j++) L = L + __shfl_sync(0xffffffffu, e, j);
+            float ej[MLA_TILE]; // every lane's e at once, then the adds in row order
+#pragma unroll
+            for (int j = 0; j < MLA_TILE; j++) ej[j] = __shfl_sync(0xffffffffu, e, j);
+#pragma unroll
+            for (int j = 0; j < MLA_TILE; j++)
+                if (j < nj) L = L + ej[j];
             M = Mn;
         }
         __syncthreads();
@@ -399,6 +406,11 @@ merge_kernel(const void *__restrict__ kvb, const float *__restrict__ part, int H
     int nch, cs;
     mla_chunking(sd_pos_read(at) + t, &nch, &cs);
     const float *pb = part + ((size_t)t * Hm + h) * SD_MLA_SPLIT * (R + 2);
+    // The first of this thread's latent columns: every chunk's value in flight before the chunk
+    // factors are known (one memory latency for both). Wider R loops below.
+    float v[SD_MLA_SPLIT];
+#pragma unroll
+    for (int k = 0; k < SD_MLA_SPLIT; k++) v[k] = tid < R ? pb[(size_t)min(k, nch - 1) * (R + 2) + tid] : 0.0f;
     if (w == 0) { // chunk factors and 1/L: lane k holds chunk k
         const float mk = lane < nch ? pb[(size_t)lane * (R + 2) + R] : -INFINITY;
         const float lk = lane < nch ? pb[(size_t)lane * (R + 2) + R + 1] : 0.0f;
@@ -407,15 +419,20 @@ merge_kernel(const void *__restrict__ kvb, const float *__restrict__ part, int H
         for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
         const float f = lane < nch ? expf(mk - M) : 0.0f, lf = lk * f;
         fk[lane] = f;
+        float lfs[SD_MLA_SPLIT]; // every chunk's l·f at once, then the adds in chunk order
+#pragma unroll
+        for (int k = 0; k < SD_MLA_SPLIT; k++) lfs[k] = __shfl_sync(0xffffffffu, lf, k);
         float Ls = 0.0f;
-        for (int k = 0; k < nch; k++) Ls = Ls + __shfl_sync(0xffffffffu, lf, k);
+#pragma unroll
+        for (int k = 0; k < SD_MLA_SPLIT; k++)
+            if (k < nch) Ls = Ls + lfs[k];
         if (lane == 0) *inv = 1.0f / Ls;
     }
     __syncthreads();
     for (int r = tid; r < R; r += MLA_THREADS) { // every chunk's value loaded before the first is used
-        float v[SD_MLA_SPLIT];
+        if (r != tid)
 #pragma unroll
-        for (int k = 0; k < SD_MLA_SPLIT; k++) v[k] = pb[(size_t)min(k, nch - 1) * (R + 2) + r]; // unconditional: all in flight
+            for (int k = 0; k < SD_MLA_SPLIT; k++) v[k] = pb[(size_t)min(k, nch - 1) * (R + 2) + r]; // unconditional: all in flight
         float s = 0.0f;
 #pragma unroll
         for (int k = 0; k < SD_MLA_SPLIT; k++)
