@@ -188,7 +188,12 @@ static sd_code moe_experts_eager(sd_cuda_backend *b, sd_state *s, const sd_cuda_
 // code: same bits, every GPU suite passed) with the shared gate+up in that launch at every T:
 // decode 2.717-2.725 -> 2.848-2.863 ms. The launch's increment (9.8 µs) was no shorter than
 // router + selection (4.6 + 5.4), and the up launch's grew 27.4 -> 31.9 µs: the router launch's
-// 160 blocks hold the multiprocessors the up launch's first wave waited on before.
+// 160 blocks hold the multiprocessors the up launch's first wave waited on before. Nor (2026-11-30)
+// the selection inside the up launch at one token: every up block took a ticket (a 64-bit
+// counter, never reset), the launch's first routed the token (select_rank's code) and counted
+// it, the routed blocks waited for the count instead of a select launch — same bits (every GPU
+// suite and moe_lab's checks passed), but decode 2.639-2.653 -> 2.771-2.796 ms: the up increment
+// went 25.0 -> 35.7 µs against the select's 4.2 saved.
 #define MOE_SHARED_IN_UP_MAX_T 2
 static sd_code moe_block(sd_cuda_backend *b, const sd_moe_weights *w, const sd_config *c, sd_state *s, int layer,
                          const float *xin, int T, float *out, bool accumulate, const sd_lin_norm *norm, sd_status *st) {
