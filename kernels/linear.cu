@@ -35,6 +35,10 @@
 // row a warp up to 160 KB a block for rows too wide for this (kimi-linear's dense down, 9216
 // columns: one 147 KB block a multiprocessor) made that launch slower: increment 23.4 -> 33.7 µs
 // (bench/ktrace.c) — one block a multiprocessor cannot overlap a block's dots with the next copy.
+// Nor (2026-11-30) did a BULK block without the fused norm ask L1 for every line of its x rows
+// right after its wait (prefetch.global.L1, so the warps' rounds of chunks would wait on one
+// latency): o_proj's increment 6.59 -> 7.08 µs, lm_head's 178.8 -> 185.9 (ktrace); the MoE down
+// doing the same for its activation row: no change.
 #define LIN_BULK_MAX (80 * 1024)
 
 typedef struct {

@@ -324,7 +324,9 @@ sd_code sd_cuda_forward(const sd_model *m, sd_state *s, const int *tokens, int T
     SD_CUDA_CHECK(st, cudaSetDevice(b->device));
     // Only a forward that failed before its drain can leave an embedding reading tokens_host: a
     // drain here would also wait for what came since (a commit's cursor launch) and leave the
-    // device idle between steps.
+    // device idle between steps (the gap before a decode step's first kernel: 31-34 -> 17-23 µs,
+    // bench/ktrace.c). The host's wait itself already spins: cudaDeviceScheduleSpin or Yield
+    // changed nothing (2.636-2.653 ms either way).
     if (!b->tokens_idle) SD_CUDA_CHECK(st, cudaStreamSynchronize(b->stream));
     TRY(ensure_buffers(b, s->max_T > T ? s->max_T : T, st));
     // Checked before any launch: a refused forward leaves the state (and its cursor) as it was.
