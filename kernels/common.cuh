@@ -52,7 +52,7 @@ static inline cudaError_t sd_launch(void (*kernel)(KArgs...), dim3 grid, dim3 bl
 // is asked once per kernel, device and larger size, not on every launch (a cache per
 // translation unit, for the kernels it launches).
 static inline cudaError_t sd_allow_smem(const void *kernel, size_t smem) {
-    if (smem <= 32 * 1024) return cudaSuccess; // within the default whatever the kernel's static shared memory
+    if (smem <= 32 * 1024) return cudaSuccess; // within the default for any kernel of at most 16 KB static
     struct grant {
         const void *kernel;
         int dev;

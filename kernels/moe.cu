@@ -357,9 +357,8 @@ static size_t select_smem(int nw, int T, int K, int E, int G) {
 // 256, K = 8, against ranking all 256 keys): the selection's increment 5.1-5.3 -> 4.2 µs
 // (bench/ktrace.c), moe_lab's select 6.9 -> 5.6 µs, decode 2.687-2.703 -> 2.649-2.669 ms with
 // the forward's tokens change of the same run (walk.c). Otherwise every key's rank is the count
-// of the token's larger keys. Then
-// w_j = s[sel_j] summed in selection order, renormalised and scaled — route_warp's arithmetic —
-// and the grouping.
+// of the token's larger keys. Then w_j = s[sel_j] summed in selection order, renormalised and
+// scaled — route_warp's arithmetic — and the grouping.
 template <bool WARPSORT>
 static __global__ void select_rank_kernel(const float *__restrict__ logits, const float *__restrict__ bias, int T, int E,
                                           int K, int renormalize, float scaling, int *sel, float *wts,
@@ -392,7 +391,7 @@ static __global__ void select_rank_kernel(const float *__restrict__ logits, cons
         for (; i < n; i++) rank += kt[i] > k;
         return rank;
     };
-    if (WARPSORT) { // a warp holds 32 experts of one token (E % 32 == 0)
+    if constexpr (WARPSORT) { // a warp holds 32 experts of one token (E % 32 == 0)
         const int lane = q & 31, nc = (E / 32) * K;
         unsigned long long kv = mine;
 #pragma unroll

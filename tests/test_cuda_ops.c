@@ -284,7 +284,8 @@ Test(cuda_ops, moe_route) {
 // against sd_cuda_moe_groups_host. Shapes that take the one-block rank kernel with and without
 // the warp sort (E a multiple of 32, K <= 32) and the warp-per-token kernel; with tie=1 every
 // token's scores tie — K-1 experts at one value, two more at a lower one across the K-th place,
-// bias 0 — so the lower index must win each tie.
+// bias 0 (for small E some of these places coincide: still ties) — so the lower index must win
+// each tie.
 typedef struct { int E, K, G, topk_group, T, tie; } select_case;
 static const select_case SELECT_CASES[] = {
     {256, 8, 1, 1, 1, 0}, {256, 8, 1, 1, 4, 0}, {256, 8, 1, 1, 2, 1}, {64, 6, 1, 1, 3, 0}, {64, 6, 1, 1, 3, 1},
