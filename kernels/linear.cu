@@ -38,7 +38,10 @@
 // Nor (2026-11-30) did a BULK block without the fused norm ask L1 for every line of its x rows
 // right after its wait (prefetch.global.L1, so the warps' rounds of chunks would wait on one
 // latency): o_proj's increment 6.59 -> 7.08 µs, lm_head's 178.8 -> 185.9 (ktrace); the MoE down
-// doing the same for its activation row: no change.
+// doing the same for its activation row: no change. Nor did such a block copy its x rows into
+// shared memory after its wait (one launch of one job, up to 16 KB of x: the o_projs; what the
+// MoE down gains from, moe.cu): decode 2.614-2.624 -> 2.691-2.697 ms, a graph replay 2.442-2.453
+// -> 2.530-2.543 — here the x loads overlap the dots, the staging does not.
 #define LIN_BULK_MAX (80 * 1024)
 
 typedef struct {
