@@ -192,6 +192,7 @@ struct lab_scratch {
     float *shared_out; // (MAXT, D)
     float *out;        // (MAXT, D)
     int *tickets;      // (D) zeroed: the down launch's row-block counters
+    int *ready;        // (E + 2) zeroed: the readiness counters (moe.h)
     int *sel_host;     // (MAXT, K) pinned
     float *w_host;     // (MAXT, K) pinned
 };
@@ -209,6 +210,8 @@ static void build_scratch(lab_scratch &s, const std::vector<float> &xh) {
     CK(cudaMalloc(&s.shared_out, sizeof(float) * MAXT * D));
     CK(cudaMalloc(&s.tickets, sizeof(int) * D));
     CK(cudaMemset(s.tickets, 0, sizeof(int) * D));
+    CK(cudaMalloc(&s.ready, sizeof(int) * (E + 2)));
+    CK(cudaMemset(s.ready, 0, sizeof(int) * (E + 2)));
     CK(cudaMalloc(&s.out, sizeof(float) * MAXT * D));
     CK(cudaMallocHost(&s.sel_host, sizeof(int) * MAXT * K));
     CK(cudaMallocHost(&s.w_host, sizeof(float) * MAXT * K));
@@ -263,10 +266,11 @@ static sd_cuda_moe_args args_of(const lab_model &m, const lab_scratch &s, const 
 
 static void moe1(const lab_model &m, const lab_scratch &s, const float *x, int T, cudaStream_t q, cudaEvent_t *marks) {
     route_part(m, s, x, T, q, marks);
-    const sd_cuda_moe_args a = args_of(m, s, x, T);
+    sd_cuda_moe_args a = args_of(m, s, x, T);
     const int n_ent = T * K, gc = std::min(n_ent, E);
     // walk.c's pass size: its FFN scratch rows over Ie (>= n_ent at these dims: one pass).
     const int per_pass = MAXT * std::max(I_DENSE, IE) / IE;
+    if (per_pass >= n_ent) a.ready = s.ready; // walk.c: one pass, so each down block waits for its own expert
     for (int lo = 0; lo < n_ent; lo += per_pass) {
         const int hi = n_ent - lo < per_pass ? n_ent : lo + per_pass;
         OKS(sd_cuda_moe_up(&a, 0, gc, lo, hi, lo == 0, q, &st_)); // the shared expert with the first pass

@@ -55,6 +55,9 @@ typedef struct {
     float *w;                           // (T, K)
     int *tickets;                       // (D) the device MoE down's row-block counters: zero between
                                         // calls (the arena starts zeroed; each combine re-zeroes its own)
+    int *moe_ready;                     // (E + 2) the device MoE's readiness counters (moe.h): finished
+                                        // up blocks per expert, then the shared expert's, then finished
+                                        // down blocks; zero between calls, as tickets
     int *argmax_ws;                     // SD_ARGMAX_WS_INTS(T): the device argmax's slice results and
                                         // row tickets (zero between calls, as tickets)
 } sd_scratch;

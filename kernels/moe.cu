@@ -16,14 +16,16 @@
 //            row a warp computes the gate dot and another the up dot over all the group's tokens (linear.cuh, one weight read for the tokens),
 //            then silu(g)·u — the dense FFN's SWIGLU Linear arithmetic. From two tokens up the
 //            block's rows are bulk-copied into shared memory first (BULK below).
-//   down:    a block per (16 output rows, unit — a routed entry, or the shared expert of one
-//            token): the unit's 16 contiguous weight rows are bulk-copied into shared memory
-//            before the wait for the up launch (so they stream during its tail), then dotted
-//            against the unit's activation row into exp_out; on combine, the row block's last
-//            block (an atomic ticket) writes out[t][o] = Σ_j w·exp_out + shared in the CPU's order
-//            (optionally added into the residual stream). Measured on the H200 (bench_gpu_e2e,
-//            kimi-linear-48b-a3b): decode 2.967 -> 2.862 ms, verify T=5 9.40 -> 8.83 ms, against a
-//            block per 8 rows of every unit with L2 prefetches issued after the wait.
+//   down:    a block per (16 output rows, unit — the shared expert of one token, or a routed
+//            entry): the unit's 16 contiguous weight rows are bulk-copied into shared memory
+//            before the wait for the up launch (so they stream during its tail), the activation
+//            row is staged beside them after it, then the dots into exp_out; on combine, the row
+//            block's last block (an atomic ticket) writes out[t][o] = Σ_j w·exp_out + shared in
+//            the CPU's order (optionally added into the residual stream). Measured on the H200
+//            (bench_gpu_e2e, kimi-linear-48b-a3b): decode 2.967 -> 2.862 ms, verify T=5 9.40 ->
+//            8.83 ms, against a block per 8 rows of every unit with L2 prefetches issued after the
+//            wait. With the readiness counters (moe.h) a down block waits for its own expert's up
+//            blocks, not for the whole up launch.
 // Tried and not kept (2026-11-29, kimi-linear-48b-a3b decode): the up launch's first-wave routed
 // blocks guessing their expert from the router logits while the selection runs (select_rank's
 // keys, the g-th smallest chosen id) to bulk-prefetch their rows into L2 before their wait: up
@@ -80,6 +82,7 @@
 #include "moe.h"
 #include "linear.cuh"
 #include "linear.h"
+#include <cuda/atomic> // cuda::atomic_ref: the readiness counters' acquire
 #include <string.h>
 #include <type_traits> // std::integral_constant
 
@@ -475,6 +478,9 @@ typedef struct {
     float *shared_out, *out;
     int accumulate, xfast;
     size_t down_smem; // down: shared memory for a block's rows (0: every unit reads global memory)
+    int *ready;       // moe.h: (E + 2) readiness counters, or NULL (the down launch waits for the up launch)
+    int up_routed, up_shared; // down, with ready: the up blocks that count into a routed expert's and
+                              // the shared expert's counter (0: hs was written before the selection)
 } moe_params;
 
 // Block: UP_ROWS rows r0.. of the group's expert; warp 2i computes gate rows r0+2i and r0+2i+1,
@@ -496,7 +502,7 @@ moe_up_kernel(const __grid_constant__ moe_params p, int g_lo, int ent_lo, int en
     const bool shared = with_shared && blockIdx.y == 0;
     const moe_layout L(p.T, p.K, p.E);
     const int *ent = L.ent(p.groups);
-    int p0 = 0, p1 = p.T, rows = p.s_rows;
+    int p0 = 0, p1 = p.T, rows = p.s_rows, key = p.E; // key: the readiness counter the block counts into
     sd_cuda_expert ex = {p.sgw, p.suw, nullptr, p.sg_bf16, p.su_bf16, 0};
     if (shared) sd_pdl_trigger();
     if (!shared) {
@@ -510,7 +516,8 @@ moe_up_kernel(const __grid_constant__ moe_params p, int g_lo, int ent_lo, int en
         p0 = max(gstart[g], ent_lo);
         p1 = min(gstart[g + 1], ent_hi);
         if (p0 >= p1) return;
-        ex = p.table[L.gexp(p.groups)[g]];
+        key = L.gexp(p.groups)[g];
+        ex = p.table[key];
         rows = p.Ie;
     }
     if ((int)blockIdx.x * UP_ROWS >= rows) return; // whole block (the grid covers the larger of Ie and s_rows)
@@ -578,36 +585,46 @@ moe_up_kernel(const __grid_constant__ moe_params p, int g_lo, int ent_lo, int en
         }
         __syncthreads();
     }
+    // Every row of the block is written (the loop's last barrier): count the block for the down
+    // blocks of its unit. One release by thread 0 after the barrier publishes every thread's rows
+    // (a fence in every thread made the up launch's increment 24.7 -> 27.2 µs at one token, and
+    // moe_lab's up 49 -> 64 µs at two).
+    if (p.ready && threadIdx.x == 0) cuda::atomic_ref<int, cuda::thread_scope_device>(p.ready[key]).fetch_add(1, cuda::memory_order_release);
 }
 
-// Unit u of a down launch: a routed entry (u < n_routed: expert ent_e[q], activation row q - ent_lo,
-// output exp_out[ent[q]]) or, when combining, the shared expert of token u - n_routed.
+// Unit u of a down launch: when combining, first the shared expert of token u (u < n_shared: its
+// activations are the up launch's first blocks, so its down blocks are the first ready); then the
+// routed entry q = ent_lo + u - n_shared (expert ent_e[q], activation row q - ent_lo, output
+// exp_out[ent[q]]).
 struct down_unit {
     const char *w; // row o0 of the unit's down matrix
     const float *x;
     float *dst;    // the unit's output at column o0
     int cols;
+    int key;       // its readiness counter: the expert's, or E for the shared expert
     bool bf16;
 };
 
 __device__ __forceinline__ down_unit down_unit_of(const moe_params &p, const int *ent, const int *ent_e, int ent_lo,
-                                                  int n_routed, int u, int o0) {
+                                                  int n_shared, int u, int o0) {
     down_unit d;
-    if (u < n_routed) {
-        const int q = ent_lo + u;
+    if (u >= n_shared) {
+        const int q = ent_lo + u - n_shared;
         const sd_cuda_expert ex = p.table[ent_e[q]];
         d.bf16 = ex.down_bf16;
         d.cols = p.Ie;
         d.w = (const char *)ex.down + (size_t)o0 * p.Ie * (d.bf16 ? 2 : 4);
-        d.x = p.h + (size_t)u * p.Ie;
+        d.x = p.h + (size_t)(q - ent_lo) * p.Ie;
         d.dst = p.exp_out + (size_t)ent[q] * p.D + o0;
+        d.key = ent_e[q];
     } else {
-        const int t = u - n_routed;
+        const int t = u;
         d.bf16 = p.sd_bf16;
         d.cols = p.sd_cols;
         d.w = (const char *)p.sdw + (size_t)o0 * p.sd_cols * (d.bf16 ? 2 : 4);
         d.x = p.hs + (size_t)t * p.ld_hs;
         d.dst = p.shared_out + (size_t)t * p.D + o0;
+        d.key = p.E;
     }
     return d;
 }
@@ -676,24 +693,41 @@ __device__ __forceinline__ bool down_ticket(int *tickets, int rb, int units) {
     return last;
 }
 
+// Thread 0: waits until the counter reaches `need` (acquire: the counted blocks' writes are
+// visible to this block after the barrier that follows).
+__device__ __forceinline__ void wait_count(int *counter, int need) {
+    cuda::atomic_ref<int, cuda::thread_scope_device> c(*counter);
+    while (c.load(cuda::memory_order_acquire) < need) __nanosleep(64);
+}
+
 // Block: DOWN_ROWS output rows o0.. of one unit (grid: D / DOWN_ROWS row blocks × the units, at
-// least one), DOWN_ROWS_PER_WARP rows a warp, dotted against the unit's one activation row.
+// least one; the shared expert's units first, as their activations are the up launch's first
+// blocks), DOWN_ROWS_PER_WARP rows a warp, dotted against the unit's one activation row.
 // Thread 0 bulk-copies the unit's rows (contiguous) into shared memory BEFORE the wait for the
 // up launch: the weights are never written and the grouping is the selection's, which the up
 // launch's routed blocks waited for before they let this launch start — so the copies stream
-// during the up launch's tail. Units of another dtype or alignment, or rows over the shared
-// memory given (smem 0), take the global-memory dots; both are linear.cuh's order. Then, when
-// combining, the row block's last block to finish (tickets[row block] counts them; the last
-// returns it to zero) combines its rows for every token in the CPU's order.
+// during the up launch's tail. The wait: with p.ready, for the unit's own up blocks only (its
+// expert's counter), so the blocks of units whose expert is done dot, finish and make room for
+// the next ones while the up launch's last blocks still run; else for the whole up launch.
+// Units of another dtype or alignment, or rows over the shared memory given (smem 0), take the
+// global-memory dots; both are linear.cuh's order. Then, when combining, the row block's last
+// block to finish (tickets[row block] counts them; the last returns it to zero) combines its
+// rows for every token in the CPU's order. With p.ready, the launch's last block to finish waits
+// for the up launch (so this launch's completion implies it, as pdl.h's chain assumes) and
+// returns the counters it used to zero. Measured (bench_gpu_e2e, kimi-linear-48b-a3b, one run,
+// both with the staged activation row, two rounds each): verify T=2 4.266/4.266 -> 4.166/4.168 ms
+// and as a graph 4.12-4.13 -> 4.07-4.08; the decode step as a graph 2.463/2.476 -> 2.443/2.453;
+// the stream-launched decode step 2.613-2.617 -> 2.619-2.629 (noise: 2.614-2.624 over three
+// rounds of a later run).
 static __global__ void __launch_bounds__(DOWN_ROWS / DOWN_ROWS_PER_WARP * 32)
 moe_down_kernel(const __grid_constant__ moe_params p, int ent_lo, int ent_hi, int units, int combine, int *tickets) {
     extern __shared__ __align__(128) unsigned char down_sm[]; // the unit's rows (BULK)
     __shared__ uint64_t bar;
-    __shared__ int last;
+    __shared__ int last, last_of_launch;
     const int o0 = blockIdx.x * DOWN_ROWS, nrow = min(DOWN_ROWS, p.D - o0);
     const moe_layout L(p.T, p.K, p.E);
     const bool has_unit = (int)blockIdx.y < units; // block-uniform; false: a combine-only launch
-    const down_unit d = has_unit ? down_unit_of(p, L.ent(p.groups), L.ent_e(p.groups), ent_lo, ent_hi - ent_lo,
+    down_unit d = has_unit ? down_unit_of(p, L.ent(p.groups), L.ent_e(p.groups), ent_lo, units - (ent_hi - ent_lo),
                                                 (int)blockIdx.y, o0)
                                  : down_unit{};
     const bool bulk = has_unit && down_bulk(d, nrow, p.down_smem);
@@ -704,14 +738,43 @@ moe_down_kernel(const __grid_constant__ moe_params p, int ent_lo, int ent_hi, in
         sd_bulk_copy(down_sm, d.w, bytes, &bar);
     }
     sd_pdl_trigger();
-    sd_pdl_wait();
-    __syncthreads(); // the barrier is initialised before any thread waits on it
+    if (!p.ready) sd_pdl_wait();
+    else if (has_unit && threadIdx.x == 0) {
+        const int need = d.key == p.E ? p.up_shared : p.up_routed;
+        if (need) wait_count(p.ready + d.key, need);
+    }
+    __syncthreads(); // the barrier is initialised before any thread waits on it (and the unit is ready)
+    // The activation row beside the rows: one L2 latency for the block, where each warp's dot
+    // waited on its own rounds of x loads (ncu: long_scoreboard 14.3 cycles an issue). Measured
+    // (bench_gpu_e2e, kimi-linear-48b-a3b, one run): decode 2.624 -> 2.615 ms, a graph replay
+    // 2.490 -> 2.471, verify T=2 4.30 -> 4.27; with the readiness counters 2.65 -> 2.626, 2.49 ->
+    // 2.445 and 4.22 -> 4.16. (The same staging in the T = 1 up launch, whose register-path dots
+    // overlap their x loads with the weight stream: decode 2.614-2.624 -> 2.632-2.642 ms.)
+    if (bulk && ((uintptr_t)d.x & 15) == 0 && d.cols % 4 == 0) {
+        float4 *xsm = (float4 *)(down_sm + p.down_smem);
+        for (int i = threadIdx.x; i < d.cols / 4; i += blockDim.x) xsm[i] = ((const float4 *)d.x)[i];
+        __syncthreads();
+        d.x = (const float *)xsm;
+    }
     if (has_unit) down_dot(d, nrow, bulk, down_sm, &bar, 0);
-    if (!combine) return;
+    if (combine) {
+        __syncthreads();
+        if (threadIdx.x == 0) last = down_ticket(tickets, blockIdx.x, (int)gridDim.y);
+        __syncthreads();
+        if (last) down_combine(p, o0, nrow);
+    }
+    if (!p.ready) return;
     __syncthreads();
-    if (threadIdx.x == 0) last = down_ticket(tickets, blockIdx.x, (int)gridDim.y);
+    if (threadIdx.x == 0) last_of_launch = atomicAdd(p.ready + p.E + 1, 1) == (int)(gridDim.x * gridDim.y) - 1;
     __syncthreads();
-    if (last) down_combine(p, o0, nrow);
+    if (!last_of_launch) return;
+    sd_pdl_wait();
+    const int *gexp = L.gexp(p.groups);
+    for (int g = threadIdx.x; g < p.groups[0]; g += blockDim.x) p.ready[gexp[g]] = 0;
+    if (threadIdx.x == 0) {
+        p.ready[p.E] = 0;
+        p.ready[p.E + 1] = 0;
+    }
 }
 
 
@@ -738,6 +801,7 @@ static moe_params params_of(const sd_cuda_moe_args *a) {
     p.hs = a->hs; p.ld_hs = a->ld_hs; p.shared_out = a->shared_out; p.out = a->out;
     p.accumulate = a->accumulate;
     p.xfast = aligned16(a->x) && a->D % 4 == 0;
+    p.ready = a->ready;
     return p;
 }
 
@@ -755,6 +819,9 @@ extern "C" sd_code sd_cuda_moe_up(const sd_cuda_moe_args *a, int g_lo, int g_hi,
     if (shared && (a->shared_up->rows != a->shared_gate->rows || a->shared_gate->cols != a->D || a->shared_up->cols != a->D))
         return sd_fail(st, SD_ERR_USAGE, "cuda moe: shared gate %dx%d and up %dx%d against D %d", a->shared_gate->rows,
                        a->shared_gate->cols, a->shared_up->rows, a->shared_up->cols, a->D);
+    if (a->ready && (g_lo != 0 || g_hi < (a->T * a->K < a->E ? a->T * a->K : a->E) || ent_lo != 0 ||
+                     ent_hi != a->T * a->K || shared != (a->shared_gate && a->shared_up)))
+        return sd_fail(st, SD_ERR_USAGE, "cuda moe up: the readiness counters need one launch over every group and entry");
     if (a->T < 1 || ((g_hi <= g_lo || ent_hi <= ent_lo) && !shared)) return SD_OK;
     const moe_params p = params_of(a);
     const int routed = g_hi > g_lo && ent_hi > ent_lo ? g_hi - g_lo : 0;
@@ -787,14 +854,19 @@ extern "C" sd_code sd_cuda_moe_down(const sd_cuda_moe_args *a, int ent_lo, int e
     if (a->shared_down && a->shared_down->dtype != SD_DT_BF16 && a->shared_down->dtype != SD_DT_F32)
         return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda moe: shared down dtype %d", (int)a->shared_down->dtype);
     if (combine && !a->tickets) return sd_fail(st, SD_ERR_USAGE, "cuda moe down: the combine needs the tickets (state.h)");
+    if (a->ready && (!combine || ent_lo != 0 || ent_hi != a->T * a->K))
+        return sd_fail(st, SD_ERR_USAGE, "cuda moe down: the readiness counters need one launch over every entry, with the combine");
     moe_params p = params_of(a);
+    p.up_routed = sd_ceil_div(a->Ie, UP_ROWS); // the up blocks of one expert (moe_up_kernel's rows)
+    p.up_shared = a->shared_gate && a->shared_up ? sd_ceil_div(a->shared_gate->rows, UP_ROWS) : 0;
     const int cols = a->shared_down && a->shared_down->cols > a->Ie ? a->shared_down->cols : a->Ie;
     p.down_smem = (size_t)DOWN_ROWS * cols * 2; // bf16 rows
     if (p.down_smem > DOWN_SMEM_MAX) p.down_smem = 0;
     const int units = (ent_hi - ent_lo) + (combine && a->shared_down ? a->T : 0);
-    SD_CUDA_CHECK(st, sd_allow_smem((const void *)moe_down_kernel, p.down_smem));
+    const size_t smem = p.down_smem ? p.down_smem + sizeof(float) * cols : 0; // the rows, then the activation row
+    SD_CUDA_CHECK(st, sd_allow_smem((const void *)moe_down_kernel, smem));
     SD_CUDA_CHECK(st, sd_launch(moe_down_kernel, dim3(sd_ceil_div(a->D, DOWN_ROWS), units > 1 ? units : 1),
-                                DOWN_ROWS / DOWN_ROWS_PER_WARP * 32, p.down_smem, stream, p, ent_lo, ent_hi, units,
+                                DOWN_ROWS / DOWN_ROWS_PER_WARP * 32, smem, stream, p, ent_lo, ent_hi, units,
                                 combine ? 1 : 0, a->tickets));
     SD_LAUNCH_CHECK(st);
     return SD_OK;

@@ -65,6 +65,12 @@ typedef struct {
     bool accumulate;             // out += MoE(x) (the residual add fused) instead of out = MoE(x)
     int *tickets;                // (D) zeroed counters (state.h), or NULL: the combine waits for a
                                  //   whole launch instead of a row block's last unit
+    int *ready;                  // (E + 2) zeroed counters (state.h), or NULL. Set only when ONE up
+                                 //   launch (every group, every entry, the shared expert's hs when
+                                 //   shared_gate is set) is followed by ONE down launch over the same
+                                 //   entries with the combine: each up block counts itself into its
+                                 //   expert's counter when its rows are written, and a down block
+                                 //   waits for its own unit's count instead of the whole up launch
 } sd_cuda_moe_args;
 
 // Activations of the entries ent_lo .. ent_hi-1 of groups g_lo .. g_hi-1 (clipped to the

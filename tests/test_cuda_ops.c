@@ -497,6 +497,13 @@ static void check_layer(const char *config, int bf16, layer_kind kind, sd_cuda_m
             int sel[MAXT * 8];
             CU(cudaMemcpy(sel, p.ds.scratch.sel, sizeof(int) * T * K, cudaMemcpyDeviceToHost));
             for (int i = 0; i < T * K; i++) cr_assert_eq(sel[i], p.hs.scratch.sel[i], "%s: sel[%d] step %d", what, i, step);
+            // Every call leaves its counters zero (state.h): the row tickets and the readiness counters.
+            const int E = c->num_experts, n_cnt = D + E + 2;
+            int *cnt = malloc(sizeof(int) * n_cnt);
+            CU(cudaMemcpy(cnt, p.ds.scratch.tickets, sizeof(int) * D, cudaMemcpyDeviceToHost));
+            CU(cudaMemcpy(cnt + D, p.ds.scratch.moe_ready, sizeof(int) * (E + 2), cudaMemcpyDeviceToHost));
+            for (int i = 0; i < n_cnt; i++) cr_assert_eq(cnt[i], 0, "%s: counter %d is %d after step %d", what, i, cnt[i], step);
+            free(cnt);
         }
         gbuf_done(&da, what);
         gbuf_done(&dout, what);

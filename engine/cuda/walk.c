@@ -228,6 +228,7 @@ static sd_code moe_block(sd_cuda_backend *b, const sd_moe_weights *w, const sd_c
     const int n_ent = T * K, gc = n_ent < E ? n_ent : E;
     const int per_pass = (int)(ffn_scratch_floats(c, s->max_T) / (size_t)Ie);
     if (per_pass < 1) return sd_fail(st, SD_ERR_USAGE, "cuda moe: FFN scratch below one expert row");
+    if (per_pass >= n_ent) ma.ready = x->moe_ready; // one pass: each down block waits for its own expert (moe.h)
     for (int lo = 0; lo < n_ent; lo += per_pass) {
         const int hi = n_ent - lo < per_pass ? n_ent : lo + per_pass;
         TRY(sd_cuda_moe_up(&ma, 0, gc, lo, hi, lo == 0, q, st)); // the shared expert with the first pass
