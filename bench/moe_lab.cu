@@ -192,7 +192,7 @@ struct lab_scratch {
     float *shared_out; // (MAXT, D)
     float *out;        // (MAXT, D)
     int *tickets;      // (D) zeroed: the down launch's row-block counters
-    int *ready;        // (E + 2) zeroed: the readiness counters (moe.h)
+    int *ready;        // (E + 3) zeroed: the readiness counters (moe.h), then the route + select ticket
     int *sel_host;     // (MAXT, K) pinned
     float *w_host;     // (MAXT, K) pinned
 };
@@ -210,8 +210,8 @@ static void build_scratch(lab_scratch &s, const std::vector<float> &xh) {
     CK(cudaMalloc(&s.shared_out, sizeof(float) * MAXT * D));
     CK(cudaMalloc(&s.tickets, sizeof(int) * D));
     CK(cudaMemset(s.tickets, 0, sizeof(int) * D));
-    CK(cudaMalloc(&s.ready, sizeof(int) * (E + 2)));
-    CK(cudaMemset(s.ready, 0, sizeof(int) * (E + 2)));
+    CK(cudaMalloc(&s.ready, sizeof(int) * (E + 3)));
+    CK(cudaMemset(s.ready, 0, sizeof(int) * (E + 3)));
     CK(cudaMalloc(&s.out, sizeof(float) * MAXT * D));
     CK(cudaMallocHost(&s.sel_host, sizeof(int) * MAXT * K));
     CK(cudaMallocHost(&s.w_host, sizeof(float) * MAXT * K));
@@ -244,9 +244,15 @@ static void route_part(const lab_model &m, const lab_scratch &s, const float *x,
     in[1].w = &m.d_sh_gate; in[1].w2 = &m.d_sh_up; in[1].x = x; in[1].ldx = D; in[1].y = s.hs; in[1].ldy = IE;
     in[1].mode = SD_LIN_SWIGLU;
     if (marks) CK(cudaEventRecord(marks[0], q));
-    OKS(sd_cuda_linear_multi(in, shared_in_up(T) ? 1 : 2, T, q, &st_)); // walk.c: the shared expert here from 3 tokens
-    if (marks) CK(cudaEventRecord(marks[1], q));
-    OKS(sd_cuda_moe_select(s.logits, m.d_bias, T, E, K, 1, 1, true, SCALING, s.sel, s.w, s.groups, q, &st_));
+    if (sd_cuda_moe_route_select_fits(T, E, D, 1)) { // walk.c: one launch at one token (the select piece reads 0)
+        OKS(sd_cuda_moe_route_select(m.d_router, m.d_bias, x, nullptr,
+                                     T, E, D, K, 1, true, SCALING, s.logits, s.sel, s.w, s.groups, s.ready + E + 2, q, &st_));
+        if (marks) CK(cudaEventRecord(marks[1], q));
+    } else {
+        OKS(sd_cuda_linear_multi(in, shared_in_up(T) ? 1 : 2, T, q, &st_)); // walk.c: the shared expert here from 3 tokens
+        if (marks) CK(cudaEventRecord(marks[1], q));
+        OKS(sd_cuda_moe_select(s.logits, m.d_bias, T, E, K, 1, 1, true, SCALING, s.sel, s.w, s.groups, q, &st_));
+    }
     if (marks) CK(cudaEventRecord(marks[2], q));
 }
 

@@ -58,6 +58,7 @@ typedef struct {
     int *moe_ready;                     // (E + 2) the device MoE's readiness counters (moe.h): finished
                                         // up blocks per expert, then the shared expert's, then finished
                                         // down blocks; zero between calls, as tickets
+    int *route_ticket;                  // (1) the one-token route + select launch's ticket (moe.h), likewise
     int *argmax_ws;                     // SD_ARGMAX_WS_INTS(T): the device argmax's slice results and
                                         // row tickets (zero between calls, as tickets)
 } sd_scratch;

@@ -4,7 +4,8 @@
 //            logits come from the fused Linear launch and sd_cuda_moe_select selects for every
 //            token and groups the T·K entries by expert (moe.h) in one block; it lets its
 //            successor start only after its own wait, so the up launch's shared-expert blocks
-//            (which read only x) run during the selection.
+//            (which read only x) run during the selection. At one token both are one launch
+//            (sd_cuda_moe_route_select): the router blocks' dots, then the last of them selects.
 //   select:  the CPU's rules. Without group limits and for T·E <= 1024, one thread per (token,
 //            expert) makes a 64-bit key (value desc, index asc — the CPU's "largest untaken, ties
 //            to the lower index" for NaN-free scores); each warp sorts its 32 keys and offers its
@@ -82,6 +83,7 @@
 #include "moe.h"
 #include "linear.cuh"
 #include "linear.h"
+#include "rows.cuh" // sd_block_rmsnorm (the fused norm of the route + select launch)
 #include <cuda/atomic> // cuda::atomic_ref: the readiness counters' acquire
 #include <string.h>
 #include <type_traits> // std::integral_constant
@@ -362,22 +364,20 @@ static size_t select_smem(int nw, int T, int K, int E, int G) {
 // the forward's tokens change of the same run (walk.c). Otherwise every key's rank is the count
 // of the token's larger keys. Then w_j = s[sel_j] summed in selection order, renormalised and
 // scaled — route_warp's arithmetic — and the grouping.
+// The body: thread q < T·E holds (token q / E, expert q % E) with b = its bias; key: the shared
+// memory of select_rank_smem. Logits are read from L2 (__ldcg): the fused route's other blocks
+// wrote them during this launch.
 template <bool WARPSORT>
-static __global__ void select_rank_kernel(const float *__restrict__ logits, const float *__restrict__ bias, int T, int E,
-                                          int K, int renormalize, float scaling, int *sel, float *wts,
-                                          int *__restrict__ groups) {
-    extern __shared__ __align__(8) unsigned long long key[]; // (T, E), then s (T, E) floats, then sel_sh, head
+__device__ static void select_rank(const float *logits, float b, int T, int E, int K, int renormalize, float scaling,
+                                   int *sel, float *wts, int *groups, unsigned long long *key) {
     float *s = (float *)(key + (size_t)T * E);
     const moe_layout L(T, K, E);
     int *sel_sh = (int *)(s + (size_t)T * E), *head = sel_sh + L.n;
     const int q = threadIdx.x, t = q / E, e = q - t * E;
     const bool live = q < T * E;
-    const float b = live ? bias[e] : 0.0f;
-    sd_pdl_wait();
-    sd_pdl_trigger(); // only now: the up launch's shared-expert blocks read the router launch's output (moe.h)
     unsigned long long mine = 0; // below every key: an ordered value is never 0 with ~e in the low half
     if (live) {
-        const float sv = sd_dev_sigmoid(logits[q]), sp = sv + b;
+        const float sv = sd_dev_sigmoid(__ldcg(logits + q)), sp = sv + b;
         const uint32_t u = __float_as_uint(sp == 0.0f ? 0.0f : sp); // -0 ties +0, as in take_max
         const uint32_t ord = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
         mine = (unsigned long long)ord << 32 | (uint32_t)~(uint32_t)e;
@@ -432,6 +432,18 @@ static __global__ void select_rank_kernel(const float *__restrict__ logits, cons
     group_entries(sel_sh, head, L, groups);
 }
 
+template <bool WARPSORT>
+static __global__ void select_rank_kernel(const float *__restrict__ logits, const float *__restrict__ bias, int T, int E,
+                                          int K, int renormalize, float scaling, int *sel, float *wts,
+                                          int *__restrict__ groups) {
+    extern __shared__ __align__(8) unsigned long long key[]; // (T, E), then s (T, E) floats, then sel_sh, head
+    const int q = threadIdx.x;
+    const float b = q < T * E ? bias[q % E] : 0.0f;
+    sd_pdl_wait();
+    sd_pdl_trigger(); // only now: the up launch's shared-expert blocks read the router launch's output (moe.h)
+    select_rank<WARPSORT>(logits, b, T, E, K, renormalize, scaling, sel, wts, groups, key);
+}
+
 static size_t select_rank_smem(int T, int K, int E) {
     return (sizeof(unsigned long long) + sizeof(float)) * (size_t)T * E + sizeof(int) * 2 * (size_t)T * K;
 }
@@ -459,6 +471,122 @@ extern "C" sd_code sd_cuda_moe_select(const float *logits, const float *bias, in
                       renormalize ? 1 : 0, scaling, sel, w, groups);
     });
     SD_CUDA_CHECK(st, e);
+    return SD_OK;
+}
+
+// ---------------------------------------------------------------------------- route + select, one token
+// One launch for the router Linear and the selection at one token (sd_cuda_moe_route_select).
+#define RS_ROWS SD_LIN_WARPS // router rows a block: one a warp
+typedef struct {
+    const float *router, *bias; // (E, D) F32, (E)
+    const float *x, *nw;        // the block's input (T = 1, D); nw: the norm's weight, or NULL (x as is)
+    float eps;
+    float *nout;                // the normed row (block 0 writes it), with nw
+    int E, D, K, renormalize;
+    float scaling;
+    float *logits;
+    int *sel;
+    float *w;
+    int *groups, *ticket;
+    size_t rows_off, x_off, key_off, bar_off; // shared-memory layout
+} route_select_params;
+
+// Measured (bench_gpu_e2e, kimi-linear-48b-a3b, one run, three rounds each): decode 2.614-2.624 ->
+// 2.607-2.613 ms, the MoE block 50.0-51.1 -> 48.8-49.1 µs; a graph replay 2.442-2.453 ->
+// 2.448-2.452. (An older try, with the shared expert's gate+up in the same launch and every
+// block counted, was slower: walk.c.)
+// Block b: router rows RS_ROWS·b.., bulk-copied into shared memory before the wait (weights are
+// never written); after it the norm of x into shared memory (linear.cu's fused norm: rows.cuh's
+// sd_block_rmsnorm; block 0 writes it out), then each warp's row dotted as linear.cu's BULK
+// launch dots it (linear.cuh's fast path from shared memory — the order of every Linear, so the
+// logits are the router Linear's bits), stored, fenced. The last block to finish (an atomic
+// ticket, returned to zero) lets the up launch start — everything the shared-expert blocks read
+// is written and fenced by then, as when the selection's own launch let it start after its wait
+// — and selects (select_rank: the selection launch's code, hence its bits).
+template <bool WARPSORT>
+static __global__ void __launch_bounds__(SD_LIN_WARPS * 32) route_select_kernel(const __grid_constant__ route_select_params p) {
+    extern __shared__ __align__(128) unsigned char rs_sm[];
+    __shared__ float red[32];
+    __shared__ int last;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r0 = blockIdx.x * RS_ROWS, nrow = min(RS_ROWS, p.E - r0);
+    const size_t pitch = (size_t)p.D * 4;
+    unsigned char *rows = rs_sm + p.rows_off;
+    float *xs = (float *)(rs_sm + p.x_off);
+    uint64_t *bar = (uint64_t *)(rs_sm + p.bar_off);
+    if (threadIdx.x == 0) {
+        sd_bulk_init(bar);
+        sd_bulk_expect(bar, (uint32_t)(nrow * pitch));
+        sd_bulk_copy(rows, (const char *)p.router + r0 * pitch, (uint32_t)(nrow * pitch), bar);
+    }
+    const int q = threadIdx.x;
+    const float b = q < p.E ? p.bias[q] : 0.0f; // the selection's bias (the last block's)
+    sd_pdl_wait();
+    if (p.nw) {
+        sd_block_rmsnorm(p.x, p.nw, p.D, p.eps, xs, red);
+        __syncthreads();
+        if (blockIdx.x == 0)
+            for (int i = threadIdx.x; i < p.D; i += blockDim.x) p.nout[i] = xs[i];
+    } else {
+        for (int i = threadIdx.x; i < p.D; i += blockDim.x) xs[i] = p.x[i];
+        __syncthreads();
+    }
+    if (warp < nrow) {
+        const sd_lin_rows xr = {xs, (size_t)p.D};
+        const char *w[1] = {(const char *)rows + warp * pitch};
+        float acc[1][1] = {{0.0f}};
+        sd_bulk_wait(bar, 0);
+        sd_lin_dot_fast<1, 1, false, sd_lin_unroll<1>::one, sd_lin_rows, true>(w, p.D, xr, 1, acc);
+        const float v = sd_warp_sum(acc[0][0]);
+        if (lane == 0) {
+            p.logits[r0 + warp] = v;
+            __threadfence(); // the logit, then the ticket
+        }
+    }
+    if (blockIdx.x == 0) __threadfence(); // nout, then the ticket
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(p.ticket, 1) == (int)gridDim.x - 1;
+        if (last) *p.ticket = 0;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    sd_pdl_trigger();
+    select_rank<WARPSORT>(p.logits, b, 1, p.E, p.K, p.renormalize, p.scaling, p.sel, p.w, p.groups,
+                          (unsigned long long *)(rs_sm + p.key_off));
+}
+
+extern "C" bool sd_cuda_moe_route_select_fits(int T, int E, int D, int G) {
+    return T == 1 && G == 1 && E >= 1 && E <= SD_LIN_WARPS * 32 && D % 4 == 0 &&
+           (size_t)RS_ROWS * D * 4 + sizeof(float) * D <= 160 * 1024;
+}
+
+extern "C" sd_code sd_cuda_moe_route_select(const float *router, const float *bias, const float *x, const sd_lin_norm *norm,
+                                            int T, int E, int D, int K, int G, bool renormalize, float scaling,
+                                            float *logits, int *sel, float *w, int *groups, int *ticket,
+                                            cudaStream_t stream, sd_status *st) {
+    SD_NVTX("sd_cuda_moe_route_select");
+    sd_code rc = route_check(E, K, G, st);
+    if (rc) return rc;
+    if (!sd_cuda_moe_route_select_fits(T, E, D, G) || ((uintptr_t)router & 15))
+        return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda moe route+select: T %d, E %d, D %d, G %d (sd_cuda_moe_route_select_fits)",
+                       T, E, D, G);
+    if (norm && (norm->n != D || norm->x != x))
+        return sd_fail(st, SD_ERR_USAGE, "cuda moe route+select: the norm's row (%d) is not x's (%d)", norm->n, D);
+    route_select_params p;
+    memset(&p, 0, sizeof p);
+    p.router = router; p.bias = bias; p.x = x;
+    if (norm) { p.nw = norm->w; p.eps = norm->eps; p.nout = norm->out; }
+    p.E = E; p.D = D; p.K = K; p.renormalize = renormalize ? 1 : 0; p.scaling = scaling;
+    p.logits = logits; p.sel = sel; p.w = w; p.groups = groups; p.ticket = ticket;
+    p.rows_off = 0;
+    p.x_off = (size_t)RS_ROWS * D * 4;
+    p.key_off = (p.x_off + sizeof(float) * D + 15) & ~(size_t)15;
+    p.bar_off = (p.key_off + select_rank_smem(1, K, E) + 15) & ~(size_t)15;
+    const size_t smem = p.bar_off + sizeof(uint64_t);
+    void (*k)(const route_select_params) = E % 32 == 0 && K <= 32 ? route_select_kernel<true> : route_select_kernel<false>;
+    SD_CUDA_CHECK(st, sd_allow_smem((const void *)k, smem));
+    SD_CUDA_CHECK(st, sd_launch(k, sd_ceil_div(E, RS_ROWS), SD_LIN_WARPS * 32, smem, stream, p));
     return SD_OK;
 }
 

@@ -19,6 +19,7 @@ extern "C" {
 #endif
 #include "status.h"  // sd_code, sd_status
 #include "weights.h" // sd_ffn_weights, sd_mat
+#include "linear.h"  // sd_lin_norm
 
 // One routed expert's matrices (device pointers; gate/up (Ie, D), down (D, Ie)), for the table.
 typedef struct {
@@ -45,6 +46,16 @@ void sd_cuda_moe_groups_host(const int *sel, int T, int K, int E, int *groups);
 sd_code sd_cuda_moe_select(const float *logits, const float *bias, int T, int E, int K, int G, int topk_group,
                            bool renormalize, float scaling, int *sel, float *w, int *groups, cudaStream_t stream,
                            sd_status *st);
+
+// The router Linear (F32 router, the norm fused when `norm` is given: norm->x == x, block 0 writes
+// norm->out; else x as is) and sd_cuda_moe_select in ONE launch for one token: the same dots and
+// the same selection code, hence the same logits, sel, w and grouping. The last router block to
+// finish (*ticket: a zeroed counter, returned to zero) selects, and only then lets its successor
+// start, as sd_cuda_moe_select's launch does. Shapes: sd_cuda_moe_route_select_fits.
+bool sd_cuda_moe_route_select_fits(int T, int E, int D, int G);
+sd_code sd_cuda_moe_route_select(const float *router, const float *bias, const float *x, const sd_lin_norm *norm, int T,
+                                 int E, int D, int K, int G, bool renormalize, float scaling, float *logits, int *sel,
+                                 float *w, int *groups, int *ticket, cudaStream_t stream, sd_status *st);
 
 // What the expert launches of one MoE block read and write (device memory).
 typedef struct {

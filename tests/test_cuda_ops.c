@@ -346,6 +346,70 @@ Test(cuda_ops, moe_select) {
     }
 }
 
+// The one-token route + select launch (walk.c's path at T = 1) against the two launches it
+// replaces — the router Linear (its norm fused, or x as is) and sd_cuda_moe_select — bit for bit:
+// logits, the normed row, sel, w and the grouping; twice each, so the ticket's return to zero is
+// exercised too. E not a multiple of the rows a block covers, and E without the warp sort.
+typedef struct { int E, K, D, norm; } route_select_case;
+static const route_select_case ROUTE_SELECT_CASES[] = {
+    {256, 8, 2304, 1}, {256, 8, 512, 0}, {16, 2, 512, 1}, {20, 3, 64, 0}, {64, 6, 36, 1},
+};
+
+Test(cuda_ops, moe_route_select) {
+    NEED_GPU();
+    for (size_t c = 0; c < sizeof ROUTE_SELECT_CASES / sizeof *ROUTE_SELECT_CASES; c++) {
+        const route_select_case *k = &ROUTE_SELECT_CASES[c];
+        const int E = k->E, K = k->K, D = k->D;
+        cr_assert(sd_cuda_moe_route_select_fits(1, E, D, 1), "route+select case %zu fits", c);
+        float *x = rand_host(D, 700 + c, 1.5f), *nw = rand_host(D, 710 + c, 1.0f), *bias = rand_host(E, 720 + c, 0.1f);
+        tmat router = tmat_rand(E, D, SD_DT_F32, 730 + c);
+        const size_t n_int = sd_cuda_moe_groups_ints(1, K, E);
+        gbuf dx = gbuf_new(D), dnw = gbuf_new(D), db = gbuf_new(E), dticket = gbuf_new(1);
+        gbuf out[2][5]; // [reference, fused] × (normed row, logits, sel, w, groups)
+        const size_t n_of[5] = {(size_t)D, (size_t)E, (size_t)K, (size_t)K, n_int};
+        for (int v = 0; v < 2; v++)
+            for (int i = 0; i < 5; i++) out[v][i] = gbuf_new(n_of[i]);
+        gbuf_put(&dx, x, sizeof(float) * D);
+        gbuf_put(&dnw, nw, sizeof(float) * D);
+        gbuf_put(&db, bias, sizeof(float) * E);
+        CU(cudaMemset(dticket.p, 0, sizeof(int)));
+        for (int rep = 0; rep < 2; rep++) {
+            const sd_lin_norm ref_norm = {.x = dx.p, .w = dnw.p, .eps = 1e-5f, .n = D, .out = out[0][0].p};
+            const sd_lin_job job = {.w = &router.dev, .x = k->norm ? out[0][0].p : dx.p, .ldx = D, .y = out[0][1].p,
+                                    .ldy = E, .mode = SD_LIN_STORE};
+            if (k->norm) OK(sd_cuda_linear_multi_norm(&job, 1, 1, &ref_norm, stream0(), &st_));
+            else OK(sd_cuda_linear_multi(&job, 1, 1, stream0(), &st_));
+            OK(sd_cuda_moe_select(out[0][1].p, db.p, 1, E, K, 1, 1, true, 2.446f, (int *)out[0][2].p, out[0][3].p,
+                                  (int *)out[0][4].p, stream0(), &st_));
+            const sd_lin_norm norm = {.x = dx.p, .w = dnw.p, .eps = 1e-5f, .n = D, .out = out[1][0].p};
+            OK(sd_cuda_moe_route_select(router.dev.data, db.p, dx.p, k->norm ? &norm : NULL, 1, E, D, K, 1, true, 2.446f,
+                                        out[1][1].p, (int *)out[1][2].p, out[1][3].p, (int *)out[1][4].p, (int *)dticket.p,
+                                        stream0(), &st_));
+            CU(cudaDeviceSynchronize());
+            static const char *what[5] = {"normed row", "logits", "sel", "w", "grouping"};
+            for (int i = k->norm ? 0 : 1; i < 5; i++) {
+                const size_t n = n_of[i]; // at one token every int of the grouping is used (K distinct experts)
+                uint32_t *a = malloc(sizeof(uint32_t) * n_of[i]), *b = malloc(sizeof(uint32_t) * n_of[i]);
+                gbuf_get(&out[0][i], a, sizeof(uint32_t) * n_of[i]);
+                gbuf_get(&out[1][i], b, sizeof(uint32_t) * n_of[i]);
+                for (size_t j = 0; j < n; j++)
+                    cr_assert_eq(b[j], a[j], "route+select case %zu (E %d, D %d, norm %d) call %d: %s[%zu] 0x%08x, want 0x%08x",
+                                 c, E, D, k->norm, rep, what[i], j, b[j], a[j]);
+                free(a);
+                free(b);
+            }
+            int ticket = -1;
+            CU(cudaMemcpy(&ticket, dticket.p, sizeof(int), cudaMemcpyDeviceToHost));
+            cr_assert_eq(ticket, 0, "route+select case %zu: the ticket is left at %d", c, ticket);
+        }
+        gbuf_done(&dx, "x"); gbuf_done(&dnw, "norm weight"); gbuf_done(&db, "bias"); gbuf_done(&dticket, "ticket");
+        for (int v = 0; v < 2; v++)
+            for (int i = 0; i < 5; i++) gbuf_done(&out[v][i], v ? "fused outputs" : "reference outputs");
+        tmat_free(&router);
+        free(x); free(nw); free(bias);
+    }
+}
+
 // ---------------------------------------------------------------------------- sampling
 Test(cuda_ops, sampling) {
     NEED_GPU();

@@ -188,7 +188,9 @@ static sd_code moe_experts_eager(sd_cuda_backend *b, sd_state *s, const sd_cuda_
 // code: same bits, every GPU suite passed) with the shared gate+up in that launch at every T:
 // decode 2.717-2.725 -> 2.848-2.863 ms. The launch's increment (9.8 µs) was no shorter than
 // router + selection (4.6 + 5.4), and the up launch's grew 27.4 -> 31.9 µs: the router launch's
-// 160 blocks hold the multiprocessors the up launch's first wave waited on before. Nor (2026-11-30)
+// 160 blocks hold the multiprocessors the up launch's first wave waited on before (at one token
+// the router and the selection now share a launch without the shared expert:
+// sd_cuda_moe_route_select). Nor (2026-11-30)
 // the selection inside the up launch at one token: every up block took a ticket (a 64-bit
 // counter, never reset), the launch's first routed the token (select_rank's code) and counted
 // it, the routed blocks waited for the count instead of a select launch — same bits (every GPU
@@ -207,14 +209,20 @@ static sd_code moe_block(sd_cuda_backend *b, const sd_moe_weights *w, const sd_c
         in[1] = job(&w->shared.gate, xin, x->ffn_h2, SD_LIN_SWIGLU);
         in[1].w2 = &w->shared.up;
     }
-    TRY(first_launch(in, shared && !shared_in_up ? 2 : 1, T, norm, q, st));
     // The grouping lives in the gather scratch xg (T·D floats), unused otherwise.
     if (sd_cuda_moe_groups_ints(T, K, E) > (size_t)T * D)
         return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda moe: the expert grouping of %d tokens needs %zu ints > %d", T,
                        sd_cuda_moe_groups_ints(T, K, E), T * D);
     int *groups = (int *)x->xg;
-    TRY(sd_cuda_moe_select(x->router, w->bias, T, E, K, c->num_expert_group, c->topk_group, c->moe_renormalize,
-                           c->routed_scaling_factor, x->sel, x->w, groups, q, st));
+    if (sd_cuda_moe_route_select_fits(T, E, D, c->num_expert_group)) { // one launch (moe.h)
+        TRY(sd_cuda_moe_route_select(w->router, w->bias, norm ? norm->x : xin, norm, T, E, D, K, c->num_expert_group,
+                                     c->moe_renormalize, c->routed_scaling_factor, x->router, x->sel, x->w, groups,
+                                     x->route_ticket, q, st));
+    } else {
+        TRY(first_launch(in, shared && !shared_in_up ? 2 : 1, T, norm, q, st));
+        TRY(sd_cuda_moe_select(x->router, w->bias, T, E, K, c->num_expert_group, c->topk_group, c->moe_renormalize,
+                               c->routed_scaling_factor, x->sel, x->w, groups, q, st));
+    }
     sd_cuda_moe_args ma = {.table = b->experts + (size_t)(layer - c->first_k_dense_replace) * E, .groups = groups,
                            .T = T, .K = K, .E = E, .D = D, .Ie = Ie, .x = xin, .w = x->w, .h = x->ffn_h1,
                            .exp_out = x->exp_out, .shared_down = shared ? &w->shared.down : NULL,
