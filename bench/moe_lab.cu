@@ -276,7 +276,7 @@ static void moe1(const lab_model &m, const lab_scratch &s, const float *x, int T
     const int n_ent = T * K, gc = std::min(n_ent, E);
     // walk.c's pass size: its FFN scratch rows over Ie (>= n_ent at these dims: one pass).
     const int per_pass = MAXT * std::max(I_DENSE, IE) / IE;
-    if (per_pass >= n_ent) a.ready = s.ready; // walk.c: one pass, so each down block waits for its own expert
+    if (per_pass >= n_ent && T <= 2) a.ready = s.ready; // walk.c: one pass of 1-2 tokens (MOE_READY_MAX_T)
     for (int lo = 0; lo < n_ent; lo += per_pass) {
         const int hi = n_ent - lo < per_pass ? n_ent : lo + per_pass;
         OKS(sd_cuda_moe_up(&a, 0, gc, lo, hi, lo == 0, q, &st_)); // the shared expert with the first pass

@@ -842,11 +842,8 @@ __device__ __forceinline__ void wait_count(int *counter, int need) {
 // block to finish (tickets[row block] counts them; the last returns it to zero) combines its
 // rows for every token in the CPU's order. With p.ready, the launch's last block to finish waits
 // for the up launch (so this launch's completion implies it, as pdl.h's chain assumes) and
-// returns the counters it used to zero. Measured (bench_gpu_e2e, kimi-linear-48b-a3b, one run,
-// both with the staged activation row, two rounds each): verify T=2 4.266/4.266 -> 4.166/4.168 ms
-// and as a graph 4.12-4.13 -> 4.07-4.08; the decode step as a graph 2.463/2.476 -> 2.443/2.453;
-// the stream-launched decode step 2.613-2.617 -> 2.619-2.629 (noise: 2.614-2.624 over three
-// rounds of a later run).
+// returns the counters it used to zero. The walk sets them up to two tokens, where they were
+// measured faster (walk.c, MOE_READY_MAX_T).
 static __global__ void __launch_bounds__(DOWN_ROWS / DOWN_ROWS_PER_WARP * 32)
 moe_down_kernel(const __grid_constant__ moe_params p, int ent_lo, int ent_hi, int units, int combine, int *tickets) {
     extern __shared__ __align__(128) unsigned char down_sm[]; // the unit's rows (BULK)
@@ -874,10 +871,11 @@ moe_down_kernel(const __grid_constant__ moe_params p, int ent_lo, int ent_hi, in
     __syncthreads(); // the barrier is initialised before any thread waits on it (and the unit is ready)
     // The activation row beside the rows: one L2 latency for the block, where each warp's dot
     // waited on its own rounds of x loads (ncu: long_scoreboard 14.3 cycles an issue). Measured
-    // (bench_gpu_e2e, kimi-linear-48b-a3b, one run): decode 2.624 -> 2.615 ms, a graph replay
-    // 2.490 -> 2.471, verify T=2 4.30 -> 4.27; with the readiness counters 2.65 -> 2.626, 2.49 ->
-    // 2.445 and 4.22 -> 4.16. (The same staging in the T = 1 up launch, whose register-path dots
-    // overlap their x loads with the weight stream: decode 2.614-2.624 -> 2.632-2.642 ms.)
+    // (bench_gpu_e2e, kimi-linear-48b-a3b, one run, two rounds, without the readiness counters):
+    // decode 2.622-2.623 -> 2.606-2.611 ms, a graph replay 2.490-2.510 -> 2.459-2.468, verify
+    // T=2 4.29-4.32 -> 4.26, T=5 8.79-8.82 -> 8.59-8.60, T=9 14.54-14.57 -> 14.25-14.26. (The
+    // same staging in the T = 1 up launch, whose register-path dots overlap their x loads with
+    // the weight stream: decode 2.614-2.624 -> 2.632-2.642 ms.)
     if (bulk && ((uintptr_t)d.x & 15) == 0 && d.cols % 4 == 0) {
         float4 *xsm = (float4 *)(down_sm + p.down_smem);
         for (int i = threadIdx.x; i < d.cols / 4; i += blockDim.x) xsm[i] = ((const float4 *)d.x)[i];

@@ -197,6 +197,7 @@ static sd_code moe_experts_eager(sd_cuda_backend *b, sd_state *s, const sd_cuda_
 // suite and moe_lab's checks passed), but decode 2.639-2.653 -> 2.771-2.796 ms: the up increment
 // went 25.0 -> 35.7 µs against the select's 4.2 saved.
 #define MOE_SHARED_IN_UP_MAX_T 2
+#define MOE_READY_MAX_T 2 // the readiness counters up to this many tokens (below)
 static sd_code moe_block(sd_cuda_backend *b, const sd_moe_weights *w, const sd_config *c, sd_state *s, int layer,
                          const float *xin, int T, float *out, bool accumulate, const sd_lin_norm *norm, sd_status *st) {
     const int E = c->num_experts, K = c->num_experts_per_token, D = c->hidden_size, Ie = c->moe_intermediate_size;
@@ -236,7 +237,12 @@ static sd_code moe_block(sd_cuda_backend *b, const sd_moe_weights *w, const sd_c
     const int n_ent = T * K, gc = n_ent < E ? n_ent : E;
     const int per_pass = (int)(ffn_scratch_floats(c, s->max_T) / (size_t)Ie);
     if (per_pass < 1) return sd_fail(st, SD_ERR_USAGE, "cuda moe: FFN scratch below one expert row");
-    if (per_pass >= n_ent) ma.ready = x->moe_ready; // one pass: each down block waits for its own expert (moe.h)
+    // One pass of one or two tokens: each down block waits for its own expert (moe.h). Measured on
+    // the H200 (bench_gpu_e2e, kimi-linear-48b-a3b, two rounds, one run): T=2 4.255-4.261 ->
+    // 4.170-4.172 ms, a decode graph 2.459-2.468 -> 2.443-2.444, stream-launched decode the same
+    // (2.606-2.611 / 2.606-2.609); but from three tokens up slower: T=3 5.62 -> 5.75, T=5 8.59 ->
+    // 8.82, T=9 14.25 -> 14.84 (its graph 14.10 -> 14.70).
+    if (per_pass >= n_ent && T <= MOE_READY_MAX_T) ma.ready = x->moe_ready;
     for (int lo = 0; lo < n_ent; lo += per_pass) {
         const int hi = n_ent - lo < per_pass ? n_ent : lo + per_pass;
         TRY(sd_cuda_moe_up(&ma, 0, gc, lo, hi, lo == 0, q, st)); // the shared expert with the first pass
