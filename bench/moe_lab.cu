@@ -192,7 +192,7 @@ struct lab_scratch {
     float *shared_out; // (MAXT, D)
     float *out;        // (MAXT, D)
     int *tickets;      // (D) zeroed: the down launch's row-block counters
-    int *ready;        // (E + 3) zeroed: the readiness counters (moe.h), then the route + select ticket
+    int *ready;        // (E + 3): the readiness counters (moe.h), then the route + select ticket (zeroed)
     int *sel_host;     // (MAXT, K) pinned
     float *w_host;     // (MAXT, K) pinned
 };
@@ -246,12 +246,13 @@ static void route_part(const lab_model &m, const lab_scratch &s, const float *x,
     if (marks) CK(cudaEventRecord(marks[0], q));
     if (sd_cuda_moe_route_select_fits(T, E, D, 1)) { // walk.c: one launch at one token (the select piece reads 0)
         OKS(sd_cuda_moe_route_select(m.d_router, m.d_bias, x, nullptr,
-                                     T, E, D, K, 1, true, SCALING, s.logits, s.sel, s.w, s.groups, s.ready + E + 2, q, &st_));
+                                     T, E, D, K, 1, true, SCALING, s.logits, s.sel, s.w, s.groups, s.ready + E + 2, s.ready,
+                                     q, &st_));
         if (marks) CK(cudaEventRecord(marks[1], q));
     } else {
         OKS(sd_cuda_linear_multi(in, shared_in_up(T) ? 1 : 2, T, q, &st_)); // walk.c: the shared expert here from 3 tokens
         if (marks) CK(cudaEventRecord(marks[1], q));
-        OKS(sd_cuda_moe_select(s.logits, m.d_bias, T, E, K, 1, 1, true, SCALING, s.sel, s.w, s.groups, q, &st_));
+        OKS(sd_cuda_moe_select(s.logits, m.d_bias, T, E, K, 1, 1, true, SCALING, s.sel, s.w, s.groups, s.ready, q, &st_));
     }
     if (marks) CK(cudaEventRecord(marks[2], q));
 }

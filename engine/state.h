@@ -57,7 +57,7 @@ typedef struct {
                                         // calls (the arena starts zeroed; each combine re-zeroes its own)
     int *moe_ready;                     // (E + 2) the device MoE's readiness counters (moe.h): finished
                                         // up blocks per expert, then the shared expert's, then finished
-                                        // down blocks; zero between calls, as tickets
+                                        // down blocks; each selection zeroes them for its call
     int *route_ticket;                  // (1) the one-token route + select launch's ticket (moe.h), likewise
     int *argmax_ws;                     // SD_ARGMAX_WS_INTS(T): the device argmax's slice results and
                                         // row tickets (zero between calls, as tickets)

@@ -308,12 +308,24 @@ __device__ static void group_entries(const int *sel_sh, int *head, const moe_lay
     }
 }
 
+// The selection's launch, after its wait and before it lets the up launch start: the block zeroes
+// the n readiness counters (moe.h; NULL: none) the up and down launches after it count into, so
+// every MoE call starts from zero whatever an earlier call left (a forward stopped between its up
+// and down launches, say). Every writer fences, then the barrier: the zeros are visible before
+// the trigger.
+__device__ static void zero_ready(int *ready, int n) {
+    if (!ready) return;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) ready[i] = 0;
+    __threadfence();
+    __syncthreads();
+}
+
 // One block, warp w routing tokens w, w+nw, ... (route_warp; every lane's logits and biases
 // loaded at once, the biases before the wait: weights are never written), then the grouping.
 template <int NKEY>
 static __global__ void select_kernel(const float *__restrict__ logits, const float *__restrict__ bias, int T, int E, int K,
                                      int G, int topk_group, int renormalize, float scaling, int *sel, float *wts,
-                                     int *__restrict__ groups) {
+                                     int *__restrict__ groups, int *ready) {
     extern __shared__ float sm[];
     const int nw = blockDim.x >> 5, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float *s = sm + (size_t)w * (2 * E + G), *sp = s + E, *gscore = sp + E;
@@ -325,6 +337,7 @@ static __global__ void select_kernel(const float *__restrict__ logits, const flo
 #pragma unroll
     for (int i = 0; i < NKEY; i++) bv[i] = lane + 32 * i < E ? bias[lane + 32 * i] : 0.0f;
     sd_pdl_wait();
+    zero_ready(ready, E + 2);
     sd_pdl_trigger(); // only now: the up launch's shared-expert blocks read the router launch's output (moe.h)
     for (int t = w; t < T; t += nw) {
         float lv[NKEY];
@@ -435,11 +448,12 @@ __device__ static void select_rank(const float *logits, float b, int T, int E, i
 template <bool WARPSORT>
 static __global__ void select_rank_kernel(const float *__restrict__ logits, const float *__restrict__ bias, int T, int E,
                                           int K, int renormalize, float scaling, int *sel, float *wts,
-                                          int *__restrict__ groups) {
+                                          int *__restrict__ groups, int *ready) {
     extern __shared__ __align__(8) unsigned long long key[]; // (T, E), then s (T, E) floats, then sel_sh, head
     const int q = threadIdx.x;
     const float b = q < T * E ? bias[q % E] : 0.0f;
     sd_pdl_wait();
+    zero_ready(ready, E + 2);
     sd_pdl_trigger(); // only now: the up launch's shared-expert blocks read the router launch's output (moe.h)
     select_rank<WARPSORT>(logits, b, T, E, K, renormalize, scaling, sel, wts, groups, key);
 }
@@ -449,7 +463,7 @@ static size_t select_rank_smem(int T, int K, int E) {
 }
 
 extern "C" sd_code sd_cuda_moe_select(const float *logits, const float *bias, int T, int E, int K, int G, int topk_group,
-                                      bool renormalize, float scaling, int *sel, float *w, int *groups,
+                                      bool renormalize, float scaling, int *sel, float *w, int *groups, int *ready,
                                       cudaStream_t stream, sd_status *st) {
     SD_NVTX("sd_cuda_moe_select");
     sd_code rc = route_check(E, K, G, st);
@@ -458,7 +472,7 @@ extern "C" sd_code sd_cuda_moe_select(const float *logits, const float *bias, in
     if (G == 1 && T * E <= 1024 && select_rank_smem(T, K, E) <= 48 * 1024) {
         SD_CUDA_CHECK(st, sd_launch(E % 32 == 0 && K <= 32 ? select_rank_kernel<true> : select_rank_kernel<false>, 1,
                                     sd_ceil_div(T * E, 32) * 32, select_rank_smem(T, K, E), stream, logits, bias, T, E, K,
-                                    renormalize ? 1 : 0, scaling, sel, w, groups));
+                                    renormalize ? 1 : 0, scaling, sel, w, groups, ready));
         return SD_OK;
     }
     int nw = T < 16 ? T : 16;
@@ -468,7 +482,7 @@ extern "C" sd_code sd_cuda_moe_select(const float *logits, const float *bias, in
     cudaError_t e = cudaSuccess;
     with_nkey(E, [&](auto nk) {
         e = sd_launch(select_kernel<decltype(nk)::value>, 1, nw * 32, smem, stream, logits, bias, T, E, K, G, topk_group,
-                      renormalize ? 1 : 0, scaling, sel, w, groups);
+                      renormalize ? 1 : 0, scaling, sel, w, groups, ready);
     });
     SD_CUDA_CHECK(st, e);
     return SD_OK;
@@ -487,7 +501,7 @@ typedef struct {
     float *logits;
     int *sel;
     float *w;
-    int *groups, *ticket;
+    int *groups, *ticket, *ready;
     size_t rows_off, x_off, key_off, bar_off; // shared-memory layout
 } route_select_params;
 
@@ -551,6 +565,7 @@ static __global__ void __launch_bounds__(SD_LIN_WARPS * 32) route_select_kernel(
     __syncthreads();
     if (!last) return;
     __threadfence();
+    zero_ready(p.ready, p.E + 2);
     sd_pdl_trigger();
     select_rank<WARPSORT>(p.logits, b, 1, p.E, p.K, p.renormalize, p.scaling, p.sel, p.w, p.groups,
                           (unsigned long long *)(rs_sm + p.key_off));
@@ -563,7 +578,7 @@ extern "C" bool sd_cuda_moe_route_select_fits(int T, int E, int D, int G) {
 
 extern "C" sd_code sd_cuda_moe_route_select(const float *router, const float *bias, const float *x, const sd_lin_norm *norm,
                                             int T, int E, int D, int K, int G, bool renormalize, float scaling,
-                                            float *logits, int *sel, float *w, int *groups, int *ticket,
+                                            float *logits, int *sel, float *w, int *groups, int *ticket, int *ready,
                                             cudaStream_t stream, sd_status *st) {
     SD_NVTX("sd_cuda_moe_route_select");
     sd_code rc = route_check(E, K, G, st);
@@ -578,7 +593,7 @@ extern "C" sd_code sd_cuda_moe_route_select(const float *router, const float *bi
     p.router = router; p.bias = bias; p.x = x;
     if (norm) { p.nw = norm->w; p.eps = norm->eps; p.nout = norm->out; }
     p.E = E; p.D = D; p.K = K; p.renormalize = renormalize ? 1 : 0; p.scaling = scaling;
-    p.logits = logits; p.sel = sel; p.w = w; p.groups = groups; p.ticket = ticket;
+    p.logits = logits; p.sel = sel; p.w = w; p.groups = groups; p.ticket = ticket; p.ready = ready;
     p.rows_off = 0;
     p.x_off = (size_t)RS_ROWS * D * 4;
     p.key_off = (p.x_off + sizeof(float) * D + 15) & ~(size_t)15;
@@ -840,10 +855,10 @@ __device__ __forceinline__ void wait_count(int *counter, int need) {
 // Units of another dtype or alignment, or rows over the shared memory given (smem 0), take the
 // global-memory dots; both are linear.cuh's order. Then, when combining, the row block's last
 // block to finish (tickets[row block] counts them; the last returns it to zero) combines its
-// rows for every token in the CPU's order. With p.ready, the launch's last block to finish waits
-// for the up launch (so this launch's completion implies it, as pdl.h's chain assumes) and
-// returns the counters it used to zero. The walk sets them up to two tokens, where they were
-// measured faster (walk.c, MOE_READY_MAX_T).
+// rows for every token in the CPU's order. With p.ready, the launch's last block to finish (its
+// count: p.ready[E + 1]) waits for the up launch, so this launch's completion implies it, as
+// pdl.h's chain assumes; the next selection zeroes the counters. The walk sets them up to two
+// tokens, where they were measured faster (walk.c, MOE_READY_MAX_T).
 static __global__ void __launch_bounds__(DOWN_ROWS / DOWN_ROWS_PER_WARP * 32)
 moe_down_kernel(const __grid_constant__ moe_params p, int ent_lo, int ent_hi, int units, int combine, int *tickets) {
     extern __shared__ __align__(128) unsigned char down_sm[]; // the unit's rows (BULK)
@@ -893,14 +908,7 @@ moe_down_kernel(const __grid_constant__ moe_params p, int ent_lo, int ent_hi, in
     __syncthreads();
     if (threadIdx.x == 0) last_of_launch = atomicAdd(p.ready + p.E + 1, 1) == (int)(gridDim.x * gridDim.y) - 1;
     __syncthreads();
-    if (!last_of_launch) return;
-    sd_pdl_wait();
-    const int *gexp = L.gexp(p.groups);
-    for (int g = threadIdx.x; g < p.groups[0]; g += blockDim.x) p.ready[gexp[g]] = 0;
-    if (threadIdx.x == 0) {
-        p.ready[p.E] = 0;
-        p.ready[p.E + 1] = 0;
-    }
+    if (last_of_launch) sd_pdl_wait();
 }
 
 

@@ -43,19 +43,22 @@ void sd_cuda_moe_groups_host(const int *sel, int T, int K, int E, int *groups);
 
 // The route of sd_cuda_moe_route from router logits (T, E) already computed (the fused router
 // Linear; same dot, hence the same bits): sel, w (T, K), and the grouping into groups (device).
+// ready: the (E + 2) readiness counters of the up and down launches after it (below), zeroed
+// before it lets its successor start — or NULL.
 sd_code sd_cuda_moe_select(const float *logits, const float *bias, int T, int E, int K, int G, int topk_group,
-                           bool renormalize, float scaling, int *sel, float *w, int *groups, cudaStream_t stream,
-                           sd_status *st);
+                           bool renormalize, float scaling, int *sel, float *w, int *groups, int *ready,
+                           cudaStream_t stream, sd_status *st);
 
 // The router Linear (F32 router, the norm fused when `norm` is given: norm->x == x, block 0 writes
 // norm->out; else x as is) and sd_cuda_moe_select in ONE launch for one token: the same dots and
 // the same selection code, hence the same logits, sel, w and grouping. The last router block to
 // finish (*ticket: a zeroed counter, returned to zero) selects, and only then lets its successor
-// start, as sd_cuda_moe_select's launch does. Shapes: sd_cuda_moe_route_select_fits.
+// start, as sd_cuda_moe_select's launch does (zeroing `ready` as it does). Shapes:
+// sd_cuda_moe_route_select_fits.
 bool sd_cuda_moe_route_select_fits(int T, int E, int D, int G);
 sd_code sd_cuda_moe_route_select(const float *router, const float *bias, const float *x, const sd_lin_norm *norm, int T,
                                  int E, int D, int K, int G, bool renormalize, float scaling, float *logits, int *sel,
-                                 float *w, int *groups, int *ticket, cudaStream_t stream, sd_status *st);
+                                 float *w, int *groups, int *ticket, int *ready, cudaStream_t stream, sd_status *st);
 
 // What the expert launches of one MoE block read and write (device memory).
 typedef struct {
@@ -76,12 +79,13 @@ typedef struct {
     bool accumulate;             // out += MoE(x) (the residual add fused) instead of out = MoE(x)
     int *tickets;                // (D) zeroed counters (state.h), or NULL: the combine waits for a
                                  //   whole launch instead of a row block's last unit
-    int *ready;                  // (E + 2) zeroed counters (state.h), or NULL. Set only when ONE up
-                                 //   launch (every group, every entry, the shared expert's hs when
-                                 //   shared_gate is set) is followed by ONE down launch over the same
-                                 //   entries with the combine: each up block counts itself into its
-                                 //   expert's counter when its rows are written, and a down block
-                                 //   waits for its own unit's count instead of the whole up launch
+    int *ready;                  // (E + 2) counters (state.h) the selection zeroed, or NULL. Set only
+                                 //   when ONE up launch (every group, every entry, the shared expert's
+                                 //   hs when shared_gate is set) is followed by ONE down launch over
+                                 //   the same entries with the combine: each up block counts itself
+                                 //   into its expert's counter when its rows are written (the shared
+                                 //   expert's: [E]), and a down block waits for its own unit's count
+                                 //   instead of the whole up launch ([E + 1] counts the down blocks)
 } sd_cuda_moe_args;
 
 // Activations of the entries ent_lo .. ent_hi-1 of groups g_lo .. g_hi-1 (clipped to the

@@ -319,11 +319,16 @@ Test(cuda_ops, moe_select) {
         int *groups_ref = malloc(sizeof(int) * n_int), *groups_got = malloc(sizeof(int) * n_int);
         sd_cuda_moe_groups_host(sel_ref, T, K, E, groups_ref);
         gbuf dl = gbuf_new((size_t)T * E), db = gbuf_new(E), dsel = gbuf_new((size_t)T * K), dw = gbuf_new((size_t)T * K);
-        gbuf dg = gbuf_new(n_int);
+        gbuf dg = gbuf_new(n_int), dready = gbuf_new((size_t)E + 2);
         gbuf_put(&dl, logits, sizeof(float) * T * E);
         gbuf_put(&db, bias, sizeof(float) * E);
+        CU(cudaMemset(dready.p, 0x7f, sizeof(int) * (E + 2)));
         OK(sd_cuda_moe_select(dl.p, db.p, T, E, K, k->G, k->topk_group, true, 2.446f, (int *)dsel.p, dw.p, (int *)dg.p,
-                              stream0(), &st_));
+                              (int *)dready.p, stream0(), &st_));
+        int *ready = malloc(sizeof(int) * (E + 2));
+        gbuf_get(&dready, ready, sizeof(int) * (E + 2));
+        for (int i = 0; i < E + 2; i++) cr_assert_eq(ready[i], 0, "select case %zu: readiness counter %d not zeroed", c, i);
+        free(ready);
         gbuf_get(&dsel, sel_got, sizeof(int) * T * K);
         gbuf_get(&dw, w_got, sizeof(float) * T * K);
         gbuf_get(&dg, groups_got, sizeof(int) * n_int);
@@ -340,7 +345,7 @@ Test(cuda_ops, moe_select) {
         // Weights: the device's expf (≤ 2 ulp from glibc's) in the sigmoid, the same normalisation.
         CHECK_NMSE(w_got, w_ref, (size_t)T * K, 1e-10, "select weights");
         gbuf_done(&dl, "logits"); gbuf_done(&db, "bias"); gbuf_done(&dsel, "sel"); gbuf_done(&dw, "w");
-        gbuf_done(&dg, "groups");
+        gbuf_done(&dg, "groups"); gbuf_done(&dready, "readiness counters");
         free(logits); free(bias); free(eye); free(sel_ref); free(sel_got); free(w_ref); free(w_got);
         free(groups_ref); free(groups_got);
     }
@@ -364,7 +369,7 @@ Test(cuda_ops, moe_route_select) {
         float *x = rand_host(D, 700 + c, 1.5f), *nw = rand_host(D, 710 + c, 1.0f), *bias = rand_host(E, 720 + c, 0.1f);
         tmat router = tmat_rand(E, D, SD_DT_F32, 730 + c);
         const size_t n_int = sd_cuda_moe_groups_ints(1, K, E);
-        gbuf dx = gbuf_new(D), dnw = gbuf_new(D), db = gbuf_new(E), dticket = gbuf_new(1);
+        gbuf dx = gbuf_new(D), dnw = gbuf_new(D), db = gbuf_new(E), dticket = gbuf_new(1), dready = gbuf_new((size_t)E + 2);
         gbuf out[2][5]; // [reference, fused] × (normed row, logits, sel, w, groups)
         const size_t n_of[5] = {(size_t)D, (size_t)E, (size_t)K, (size_t)K, n_int};
         for (int v = 0; v < 2; v++)
@@ -380,11 +385,12 @@ Test(cuda_ops, moe_route_select) {
             if (k->norm) OK(sd_cuda_linear_multi_norm(&job, 1, 1, &ref_norm, stream0(), &st_));
             else OK(sd_cuda_linear_multi(&job, 1, 1, stream0(), &st_));
             OK(sd_cuda_moe_select(out[0][1].p, db.p, 1, E, K, 1, 1, true, 2.446f, (int *)out[0][2].p, out[0][3].p,
-                                  (int *)out[0][4].p, stream0(), &st_));
+                                  (int *)out[0][4].p, NULL, stream0(), &st_));
+            CU(cudaMemset(dready.p, 0x7f, sizeof(int) * (E + 2)));
             const sd_lin_norm norm = {.x = dx.p, .w = dnw.p, .eps = 1e-5f, .n = D, .out = out[1][0].p};
             OK(sd_cuda_moe_route_select(router.dev.data, db.p, dx.p, k->norm ? &norm : NULL, 1, E, D, K, 1, true, 2.446f,
                                         out[1][1].p, (int *)out[1][2].p, out[1][3].p, (int *)out[1][4].p, (int *)dticket.p,
-                                        stream0(), &st_));
+                                        (int *)dready.p, stream0(), &st_));
             CU(cudaDeviceSynchronize());
             static const char *what[5] = {"normed row", "logits", "sel", "w", "grouping"};
             for (int i = k->norm ? 0 : 1; i < 5; i++) {
@@ -401,8 +407,13 @@ Test(cuda_ops, moe_route_select) {
             int ticket = -1;
             CU(cudaMemcpy(&ticket, dticket.p, sizeof(int), cudaMemcpyDeviceToHost));
             cr_assert_eq(ticket, 0, "route+select case %zu: the ticket is left at %d", c, ticket);
+            int *ready = malloc(sizeof(int) * (E + 2));
+            gbuf_get(&dready, ready, sizeof(int) * (E + 2));
+            for (int i = 0; i < E + 2; i++) cr_assert_eq(ready[i], 0, "route+select case %zu: readiness counter %d not zeroed", c, i);
+            free(ready);
         }
         gbuf_done(&dx, "x"); gbuf_done(&dnw, "norm weight"); gbuf_done(&db, "bias"); gbuf_done(&dticket, "ticket");
+        gbuf_done(&dready, "readiness counters");
         for (int v = 0; v < 2; v++)
             for (int i = 0; i < 5; i++) gbuf_done(&out[v][i], v ? "fused outputs" : "reference outputs");
         tmat_free(&router);
@@ -539,6 +550,9 @@ static void check_layer(const char *config, int bf16, layer_kind kind, sd_cuda_m
         float *a = rand_host((size_t)T * D, 900 + step * 7 + kind, 1.0f);
         gbuf da = gbuf_new((size_t)T * D), dout = gbuf_new((size_t)T * D);
         gbuf_put(&da, a, sizeof(float) * T * D);
+        const int E = c->num_experts;
+        if (kind == LAYER_MOE) // whatever the counters hold, the selection zeroes them for its call
+            CU(cudaMemset(p.ds.scratch.moe_ready, 0x7f, sizeof(int) * (E + 2)));
         sd_status st = {0};
         sd_code rc;
         if (kind == LAYER_KDA) {
@@ -561,12 +575,29 @@ static void check_layer(const char *config, int bf16, layer_kind kind, sd_cuda_m
             int sel[MAXT * 8];
             CU(cudaMemcpy(sel, p.ds.scratch.sel, sizeof(int) * T * K, cudaMemcpyDeviceToHost));
             for (int i = 0; i < T * K; i++) cr_assert_eq(sel[i], p.hs.scratch.sel[i], "%s: sel[%d] step %d", what, i, step);
-            // Every call leaves its counters zero (state.h): the row tickets and the readiness counters.
-            const int E = c->num_experts, n_cnt = D + E + 2;
-            int *cnt = malloc(sizeof(int) * n_cnt);
+            // Every call leaves its row tickets zero (state.h). The readiness counters held garbage
+            // before it: the selection zeroed them, and only the device-table arm's calls of one or
+            // two tokens count into them — each selected expert's the same number of up blocks,
+            // every other expert's none, the down blocks into [E + 1].
+            int *cnt = malloc(sizeof(int) * (D + E + 2)), *ready = cnt + D;
             CU(cudaMemcpy(cnt, p.ds.scratch.tickets, sizeof(int) * D, cudaMemcpyDeviceToHost));
-            CU(cudaMemcpy(cnt + D, p.ds.scratch.moe_ready, sizeof(int) * (E + 2), cudaMemcpyDeviceToHost));
-            for (int i = 0; i < n_cnt; i++) cr_assert_eq(cnt[i], 0, "%s: counter %d is %d after step %d", what, i, cnt[i], step);
+            CU(cudaMemcpy(ready, p.ds.scratch.moe_ready, sizeof(int) * (E + 2), cudaMemcpyDeviceToHost));
+            for (int i = 0; i < D; i++) cr_assert_eq(cnt[i], 0, "%s: row ticket %d is %d after step %d", what, i, cnt[i], step);
+            const bool counted = arm == SD_CUDA_MOE_DEVICE_TABLE && T <= 2;
+            int per_expert = -1;
+            for (int e = 0; e < E; e++) {
+                bool chosen = false;
+                for (int i = 0; i < T * K; i++) chosen |= sel[i] == e;
+                if (!chosen || !counted) {
+                    cr_assert_eq(ready[e], 0, "%s: expert %d's readiness count %d after step %d", what, e, ready[e], step);
+                    continue;
+                }
+                if (per_expert < 0) per_expert = ready[e];
+                cr_assert(ready[e] == per_expert && ready[e] > 0, "%s: expert %d's readiness count %d (another's %d), step %d",
+                          what, e, ready[e], per_expert, step);
+            }
+            cr_assert(counted ? ready[E + 1] > 0 : ready[E] == 0 && ready[E + 1] == 0,
+                      "%s: shared/down counts %d/%d after step %d (T %d)", what, ready[E], ready[E + 1], step, T);
             free(cnt);
         }
         gbuf_done(&da, what);

@@ -218,11 +218,11 @@ static sd_code moe_block(sd_cuda_backend *b, const sd_moe_weights *w, const sd_c
     if (sd_cuda_moe_route_select_fits(T, E, D, c->num_expert_group)) { // one launch (moe.h)
         TRY(sd_cuda_moe_route_select(w->router, w->bias, norm ? norm->x : xin, norm, T, E, D, K, c->num_expert_group,
                                      c->moe_renormalize, c->routed_scaling_factor, x->router, x->sel, x->w, groups,
-                                     x->route_ticket, q, st));
+                                     x->route_ticket, x->moe_ready, q, st));
     } else {
         TRY(first_launch(in, shared && !shared_in_up ? 2 : 1, T, norm, q, st));
         TRY(sd_cuda_moe_select(x->router, w->bias, T, E, K, c->num_expert_group, c->topk_group, c->moe_renormalize,
-                               c->routed_scaling_factor, x->sel, x->w, groups, q, st));
+                               c->routed_scaling_factor, x->sel, x->w, groups, x->moe_ready, q, st));
     }
     sd_cuda_moe_args ma = {.table = b->experts + (size_t)(layer - c->first_k_dense_replace) * E, .groups = groups,
                            .T = T, .K = K, .E = E, .D = D, .Ie = Ie, .x = xin, .w = x->w, .h = x->ffn_h1,
