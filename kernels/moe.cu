@@ -502,7 +502,7 @@ typedef struct {
     int *sel;
     float *w;
     int *groups, *ticket, *ready;
-    size_t rows_off, x_off, key_off, bar_off; // shared-memory layout
+    size_t x_off, key_off, bar_off; // shared-memory layout: the rows at 0, then x, the selection's keys, the barrier
 } route_select_params;
 
 // Measured (bench_gpu_e2e, kimi-linear-48b-a3b, one run, three rounds each): decode 2.614-2.624 ->
@@ -524,7 +524,7 @@ static __global__ void __launch_bounds__(SD_LIN_WARPS * 32) route_select_kernel(
     __shared__ int last;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r0 = blockIdx.x * RS_ROWS, nrow = min(RS_ROWS, p.E - r0);
     const size_t pitch = (size_t)p.D * 4;
-    unsigned char *rows = rs_sm + p.rows_off;
+    unsigned char *rows = rs_sm;
     float *xs = (float *)(rs_sm + p.x_off);
     uint64_t *bar = (uint64_t *)(rs_sm + p.bar_off);
     if (threadIdx.x == 0) {
@@ -594,7 +594,6 @@ extern "C" sd_code sd_cuda_moe_route_select(const float *router, const float *bi
     if (norm) { p.nw = norm->w; p.eps = norm->eps; p.nout = norm->out; }
     p.E = E; p.D = D; p.K = K; p.renormalize = renormalize ? 1 : 0; p.scaling = scaling;
     p.logits = logits; p.sel = sel; p.w = w; p.groups = groups; p.ticket = ticket; p.ready = ready;
-    p.rows_off = 0;
     p.x_off = (size_t)RS_ROWS * D * 4;
     p.key_off = (p.x_off + sizeof(float) * D + 15) & ~(size_t)15;
     p.bar_off = (p.key_off + select_rank_smem(1, K, E) + 15) & ~(size_t)15;
@@ -761,12 +760,11 @@ __device__ __forceinline__ down_unit down_unit_of(const moe_params &p, const int
         d.dst = p.exp_out + (size_t)ent[q] * p.D + o0;
         d.key = ent_e[q];
     } else {
-        const int t = u;
-        d.bf16 = p.sd_bf16;
+        d.bf16 = p.sd_bf16; // token u's
         d.cols = p.sd_cols;
         d.w = (const char *)p.sdw + (size_t)o0 * p.sd_cols * (d.bf16 ? 2 : 4);
-        d.x = p.hs + (size_t)t * p.ld_hs;
-        d.dst = p.shared_out + (size_t)t * p.D + o0;
+        d.x = p.hs + (size_t)u * p.ld_hs;
+        d.dst = p.shared_out + (size_t)u * p.D + o0;
         d.key = p.E;
     }
     return d;

@@ -203,13 +203,7 @@ static sd_code moe_block(sd_cuda_backend *b, const sd_moe_weights *w, const sd_c
     const int E = c->num_experts, K = c->num_experts_per_token, D = c->hidden_size, Ie = c->moe_intermediate_size;
     cudaStream_t q = b->stream;
     sd_scratch *x = &s->scratch;
-    const sd_mat router = {.dtype = SD_DT_F32, .rows = E, .cols = D, .data = w->router};
     const bool shared = c->num_shared_experts > 0, shared_in_up = shared && T <= MOE_SHARED_IN_UP_MAX_T;
-    sd_lin_job in[2] = {job(&router, xin, x->router, SD_LIN_STORE)};
-    if (shared && !shared_in_up) {
-        in[1] = job(&w->shared.gate, xin, x->ffn_h2, SD_LIN_SWIGLU);
-        in[1].w2 = &w->shared.up;
-    }
     // The grouping lives in the gather scratch xg (T·D floats), unused otherwise.
     if (sd_cuda_moe_groups_ints(T, K, E) > (size_t)T * D)
         return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda moe: the expert grouping of %d tokens needs %zu ints > %d", T,
@@ -219,7 +213,13 @@ static sd_code moe_block(sd_cuda_backend *b, const sd_moe_weights *w, const sd_c
         TRY(sd_cuda_moe_route_select(w->router, w->bias, norm ? norm->x : xin, norm, T, E, D, K, c->num_expert_group,
                                      c->moe_renormalize, c->routed_scaling_factor, x->router, x->sel, x->w, groups,
                                      x->route_ticket, x->moe_ready, q, st));
-    } else {
+    } else { // the router Linear (with the shared expert's gate+up when it is not in the up launch)
+        const sd_mat router = {.dtype = SD_DT_F32, .rows = E, .cols = D, .data = w->router};
+        sd_lin_job in[2] = {job(&router, xin, x->router, SD_LIN_STORE)};
+        if (shared && !shared_in_up) {
+            in[1] = job(&w->shared.gate, xin, x->ffn_h2, SD_LIN_SWIGLU);
+            in[1].w2 = &w->shared.up;
+        }
         TRY(first_launch(in, shared && !shared_in_up ? 2 : 1, T, norm, q, st));
         TRY(sd_cuda_moe_select(x->router, w->bias, T, E, K, c->num_expert_group, c->topk_group, c->moe_renormalize,
                                c->routed_scaling_factor, x->sel, x->w, groups, x->moe_ready, q, st));
