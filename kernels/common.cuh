@@ -28,6 +28,12 @@ __device__ __forceinline__ void sd_pdl_enter() {
     sd_pdl_trigger();
     sd_pdl_wait();
 }
+// The wait, then the trigger: a kernel whose successor should start only once this kernel's
+// predecessor is complete (pdl.h: the Linear, the KDA conv and scan).
+__device__ __forceinline__ void sd_pdl_wait_trigger() {
+    sd_pdl_wait();
+    sd_pdl_trigger();
+}
 
 // kernel<<<grid, block, smem, stream>>>(args...), with the programmatic-serialization attribute
 // while sd_cuda_pdl_on(). Returns the launch's error.

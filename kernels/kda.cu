@@ -7,7 +7,8 @@
 //          weights loaded before the wait, then one chain over j increasing. Both read only the
 //          in-projection, so neither waits for the other: the launch costs the chain one
 //          dependency instead of two (a Linear launch of its own for f_b/g_b added 3.3-3.8 µs
-//          a KDA layer on the H200, bench/ktrace.c).
+//          a KDA layer on the H200, bench/ktrace.c). It lets the scan start only after its own
+//          wait, as the scan lets the out kernel (pdl.h: shorter chains of waiting launches).
 //   gates: applied by the scan while it stages each token (kda_gate, sigmoid for β), from the raw
 //          projections, when given A_log and dt_bias.
 //   scan:  d = 32, 64, 96, 128 (the tiled scan): a block owns 32 value columns of one head
@@ -67,7 +68,7 @@ __device__ static void lowrank_row(const kda_lowrank &lr, int h, bool g, int t, 
         for (int i = 0; i < LOWRANK_PRE; i++)
             if (i < d / 8) wv[i] = __ldg(src + i);
     }
-    sd_pdl_wait();
+    sd_pdl_wait_trigger();
     const float *x = (g ? lr.ga : lr.fa) + (size_t)t * d;
     for (int j = c; j < d; j += blockDim.x) xs[j] = x[j];
     __syncthreads();
@@ -98,7 +99,6 @@ static __global__ void conv_kernel(float *__restrict__ rows, int n_rows, const f
                                    const float *__restrict__ tk, const float *__restrict__ tv, int P, int d, int W,
                                    sd_dev_pos at, int settled, float *__restrict__ qc, float *__restrict__ kc,
                                    float *__restrict__ vc, const __grid_constant__ kda_lowrank lr) {
-    sd_pdl_trigger();
     __shared__ float sh[32];
     extern __shared__ float conv_xs[]; // gate blocks: a token's x row (d floats)
     const int h = blockIdx.x, which = blockIdx.y, t = blockIdx.z, c = threadIdx.x;
@@ -123,7 +123,7 @@ static __global__ void conv_kernel(float *__restrict__ rows, int n_rows, const f
             }
         };
         if (settled) load_ring();
-        sd_pdl_wait();
+        sd_pdl_wait_trigger();
         if (!settled) {
             pos0 = sd_pos_read(at), pos = pos0 + t;
             load_ring();
@@ -141,7 +141,7 @@ static __global__ void conv_kernel(float *__restrict__ rows, int n_rows, const f
             val = sd_dev_silu(acc);
         }
     } else {
-        sd_pdl_wait();
+        sd_pdl_wait_trigger();
         pos0 = sd_pos_read(at), pos = pos0 + t;
         if (c < d) {
             float acc = 0.0f;
@@ -297,7 +297,7 @@ static __global__ void __launch_bounds__(D)
 scan_col_kernel(float *S, int n_slots, sd_dev_pos at, int T, int H, const float *__restrict__ qc, const float *__restrict__ kc,
                 const float *__restrict__ vc, const float *__restrict__ gate, const float *__restrict__ beta,
                 const float *__restrict__ A_log, const float *__restrict__ dt_bias, float *__restrict__ y, bool vec) {
-    sd_pdl_enter();
+    sd_pdl_wait_trigger();
     const int n0 = sd_pos_read(at);
     constexpr int SC = 32;
     __shared__ __align__(16) scan_tokens<D, SC, D> sh;
@@ -336,7 +336,7 @@ static __global__ void scan_global_kernel(float *S, int n_slots, sd_dev_pos at, 
                                           const float *__restrict__ gate, const float *__restrict__ beta,
                                           const float *__restrict__ A_log, const float *__restrict__ dt_bias,
                                           float *__restrict__ y) {
-    sd_pdl_enter();
+    sd_pdl_wait_trigger();
     const int n0 = sd_pos_read(at);
     extern __shared__ float smem[];
     float *ksh = smem, *esh = smem + d, *qsh = smem + 2 * d;
@@ -388,7 +388,6 @@ scan_tile_kernel(float *S, int n_slots, sd_dev_pos at, int T, int H, const float
                  const float *__restrict__ kc, const float *__restrict__ vc, const float *__restrict__ gate,
                  const float *__restrict__ beta, const float *__restrict__ A_log, const float *__restrict__ dt_bias,
                  float *__restrict__ y, bool vec, bool settled) {
-    sd_pdl_trigger();
     using sm = scan_tile_smem<D, KW>;
     __shared__ __align__(16) sm sh;
     const int h = blockIdx.x / (D / 32), j0 = (int)(blockIdx.x % (D / 32)) * 32;
@@ -397,13 +396,13 @@ scan_tile_kernel(float *S, int n_slots, sd_dev_pos at, int T, int H, const float
     const float scale = 1.0f / sqrtf((float)D);
     // Settled: slot n0 and the cursor are older than the forward, so the block's state columns
     // stream in before the wait, during the predecessor's tail; else after it.
-    if (!settled) sd_pdl_wait();
+    if (!settled) sd_pdl_wait_trigger();
     const int n0 = sd_pos_read(at);
     float s[KW];
     const float *src = S + (size_t)(n0 % n_slots) * per_slot + head;
 #pragma unroll
     for (int r = 0; r < KW; r++) s[r] = src[(size_t)(i0 + r) * D];
-    if (settled) sd_pdl_wait();
+    if (settled) sd_pdl_wait_trigger();
     for (int c0 = 0; c0 < T; c0 += sm::SC) {
         const int nt = min(sm::SC, T - c0);
         __syncthreads(); // the previous chunk's rows are read

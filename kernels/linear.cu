@@ -15,7 +15,8 @@
 // dot them from there. With 4 tokens or more the sums hold the registers, so few chunks a lane
 // are in flight: the block's first thread bulk-prefetches the block's rows into L2 (linear.cuh)
 // and the loads hit L2. Order per output element: linear.cuh — independent of T, of the rows
-// per warp, of where the rows are read from and of the prefetch by construction.
+// per warp, of where the rows are read from and of the prefetch by construction. A launch lets
+// its successor start after its wait, not at its first instruction (pdl.h).
 #include "linear.h"
 #include "linear.cuh"
 #include "rows.cuh" // sd_block_rmsnorm, SD_NORM_THREADS
@@ -131,7 +132,6 @@ __device__ __forceinline__ void lin_dot_shared(const char *w0, bool bf0, const c
 template <int TMAX, bool BULK>
 static __global__ void __launch_bounds__(SD_LIN_WARPS * 32, TMAX <= 2 ? 4 : 2)
 linear_kernel(const __grid_constant__ lin_params p) {
-    sd_pdl_trigger();
     int k = 0;
     while (k + 1 < p.n && (int)blockIdx.x >= p.s[k + 1].blk0) k++;
     const lin_seg &s = p.s[k];
@@ -157,7 +157,7 @@ linear_kernel(const __grid_constant__ lin_params p) {
         sd_prefetch_l2((const char *)s.w + (size_t)first * pitch, (size_t)n * pitch);
         if (glu) sd_prefetch_l2((const char *)s.w2 + (size_t)first * pitch2, (size_t)n * pitch2);
     }
-    sd_pdl_wait();
+    sd_pdl_wait_trigger(); // pdl.h: the successor starts once this launch's predecessor is complete
     if (p.nn) lin_norm(p, a_sh);
     else if (BULK) __syncthreads(); // the barrier is initialised before any thread waits on it
     const sd_lin_rows xs = {s.x_norm ? a_sh : s.x, s.x_norm ? (size_t)p.nn : (size_t)s.ldx};

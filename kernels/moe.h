@@ -51,9 +51,11 @@ sd_code sd_cuda_moe_select(const float *logits, const float *bias, int T, int E,
 
 // The router Linear (F32 router, the norm fused when `norm` is given: norm->x == x, block 0 writes
 // norm->out; else x as is) and sd_cuda_moe_select in ONE launch for one token: the same dots and
-// the same selection code, hence the same logits, sel, w and grouping. The last router block to
-// finish (*ticket: a zeroed counter, returned to zero) selects, and only then lets its successor
-// start, as sd_cuda_moe_select's launch does (zeroing `ready` as it does). Shapes:
+// the same selection code, hence the same logits, sel, w and grouping. Block 0 zeroes `ready` after
+// its wait; every block lets the successor start once its logits (and block 0's normed row) are
+// written and fenced — so the up launch's shared-expert blocks, which read only the normed row,
+// run during the selection; its routed blocks wait for this launch. The last router block to
+// finish (*ticket: a zeroed counter, returned to zero) selects. Shapes:
 // sd_cuda_moe_route_select_fits.
 bool sd_cuda_moe_route_select_fits(int T, int E, int D, int G);
 sd_code sd_cuda_moe_route_select(const float *router, const float *bias, const float *x, const sd_lin_norm *norm, int T,

@@ -1,12 +1,38 @@
 // pdl.h — programmatic dependent launch (sm_90) for the layer walk's kernels. Each walk kernel
-// lets its successor launch as soon as all of its own blocks are running (griddepcontrol
-// .launch_dependents) and waits for its predecessor's completion and memory (griddepcontrol
-// .wait) before it reads anything a kernel of its forward wrote; before the wait it may read
-// what no kernel writes (weights: Linear and MoE blocks bulk-copy theirs) and, in the layer walk,
-// what earlier forwards left (settled: the walk starts on a drained stream — the cursor, the KDA
-// slot n0 and conv rows, the MLA cache rows before pos0; kda.h, mla.h). So each launch overlaps
-// the previous kernel's tail instead of following it, and no result can change: every read of
-// this forward's outputs comes after the wait. bench_gpu_e2e times the modes against each other.
+// lets its successor launch (griddepcontrol.launch_dependents) and waits for its predecessor's
+// completion and memory (griddepcontrol.wait) before it reads anything a kernel of its forward
+// wrote; before the wait it may read what no kernel writes (weights: Linear and MoE blocks
+// bulk-copy theirs) and, in the layer walk, what earlier forwards left (settled: the walk starts
+// on a drained stream — the cursor, the KDA slot n0 and conv rows, the MLA cache rows before
+// pos0; kda.h, mla.h). So each launch overlaps the previous kernel's tail instead of following
+// it, and no result can change: every read of this forward's outputs comes after the wait.
+// bench_gpu_e2e times the modes against each other.
+//
+// When a kernel lets its successor start is a choice per kernel. Most do it at their first
+// instruction, so the successor's weight copies stream during their whole run. The Linear, the
+// KDA conv and the KDA scan do it after their wait (sd_pdl_wait_trigger), and the one-token route
+// + select after its dots (moe.cu): with every kernel triggering at its start, stream launches
+// ran chains of four or five launched-but-waiting grids (in-projection → conv → scan → out →
+// o_proj → router), whose early blocks and copies slowed the kernel the chain waited on; a
+// captured graph did not suffer it. Measured on the H200 (bench_gpu_e2e, kimi-linear-48b-a3b ctx
+// 512, one run each, two or three rounds; stream-launched decode, then its graph replay):
+//   every Linear launch after its wait      2.647/2.667 -> 2.594/2.577 ms, graph 2.459-2.469 -> 2.469-2.472
+//     (the o_projs alone 2.591/2.606, the in-projections alone 2.633/2.635)
+//   + the KDA conv and scan after theirs     2.586/2.603 -> 2.560/2.573, graph 2.455-2.476 -> 2.478-2.484
+//   + the route + select after its dots,     2.539-2.568 -> 2.520-2.529, graph 2.483-2.506 -> 2.445-2.466
+//     with the one-token up's carveout (moe.cu)
+// and not kept: every kind of walk kernel after its wait 2.569/2.587 (graph 2.506-2.517); the KDA
+// out kernel after its wait 2.604/2.608 (o_proj's weight copies lose the scan to overlap); the
+// MLA absorb and split 2.578/2.584, the merge 2.582/2.589, the MoE down and the up's shared blocks
+// 2.577/2.607, the norms and the argmax 2.586/2.595 (each against 2.560/2.573); the KDA and MLA
+// kernels after their waits but the Linear at its start 2.710-2.721 (against 2.635-2.658). Nor
+// memory flags in place of launch boundaries (2026-11-30, same bits, every GPU suite passed): the
+// up launch's shared-expert blocks waiting for a flag the route's block 0 set after the norm
+// (the route letting the up launch start after its wait) 2.603-2.625 against 2.615-2.627, and
+// 2.595-2.613 against 2.559-2.564 with the Linear and the conv and scan after their waits; its
+// routed blocks waiting for a selection flag instead of the route launch 2.657-2.669 against
+// 2.635-2.663; the next in-projection waiting for a flag the down launch's last block set
+// 2.743-2.763 (graph 2.611-2.627).
 #pragma once
 
 #ifdef __cplusplus
