@@ -79,6 +79,25 @@ static inline cudaError_t sd_allow_smem(const void *kernel, size_t smem) {
     return cudaSuccess;
 }
 
+// Asks the runtime, once per kernel and device, to give `kernel`'s multiprocessors the largest
+// shared-memory carveout (cudaSharedmemCarveoutMaxShared) rather than the L1-heavy one it would
+// pick for a kernel with little shared memory: the launches after it, which need shared memory,
+// can then share a multiprocessor with its blocks (see moe.cu's up launch).
+static inline cudaError_t sd_prefer_shared(const void *kernel) {
+    static struct {
+        const void *kernel;
+        int dev;
+    } seen[16];
+    static int n_seen;
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) dev = -1;
+    for (int i = 0; i < n_seen; i++)
+        if (seen[i].kernel == kernel && seen[i].dev == dev) return cudaSuccess;
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+    if (e == cudaSuccess && n_seen < 16) seen[n_seen++] = {kernel, dev};
+    return e;
+}
+
 // An NVTX range for the lifetime of a launcher (closed on every return path).
 struct sd_nvtx_scope {
     explicit sd_nvtx_scope(const char *name) { nvtxRangePushA(name); }

@@ -473,7 +473,13 @@ extern "C" sd_code sd_cuda_mla_attend(float *mq, const sd_mat *kv_b, float *c, f
     const bool avec = bf16 && R % 8 == 0 && ((uintptr_t)kv_b->data & 15) == 0;
     void (*absorb)(float *, const void *, int, int, int, int, int, sd_dev_pos, sd_mla_write, int, float *, float *, float *) =
         avec ? absorb_kernel<true, true> : bf16 ? absorb_kernel<true, false> : absorb_kernel<false, false>;
-    SD_CUDA_CHECK(st, sd_launch(absorb, ga, MLA_THREADS, 0, stream, mq, kv_b->data, Hm, dn, dr, dv, R, pos0, write ? *write : none,
+    // Each of the three launches asks for the largest shared-memory carveout, so the blocks of the
+    // launch after it (the next MLA step, then o_proj's 64 KB weight copies) can become resident
+    // beside its own. Measured (kimi-linear-48b-a3b decode, one run, three rounds): 2.510-2.530 ->
+    // 2.499-2.506 ms, a graph replay 2.436-2.441 -> 2.432-2.435. (The same for the KDA conv, scan
+    // and out kernels: 2.510-2.528, the KDA mixer 40.2-40.5 -> 41.9-43.5 µs; for the T <= 2 BULK
+    // Linear: 2.522-2.537.)
+    SD_CUDA_CHECK(st, sd_prefer_shared((const void *)absorb));    SD_CUDA_CHECK(st, sd_launch(absorb, ga, MLA_THREADS, 0, stream, mq, kv_b->data, Hm, dn, dr, dv, R, pos0, write ? *write : none,
                                 fold, c, kpe, qabs));
     const size_t ss = split_smem(R, dr);
     const int vec = R % 4 == 0 && dr % 4 == 0 && ((uintptr_t)c & 15) == 0 && ((uintptr_t)kpe & 15) == 0;
@@ -486,10 +492,12 @@ extern "C" sd_code sd_cuda_mla_attend(float *mq, const sd_mat *kv_b, float *c, f
         : per <= 8           ? split_kernel<8, 0, 0>
                              : split_kernel<16, 0, 0>;
     SD_CUDA_CHECK(st, sd_allow_smem((const void *)split, ss));
+    SD_CUDA_CHECK(st, sd_prefer_shared((const void *)split));
     SD_CUDA_CHECK(st, sd_launch(split, dim3(SD_MLA_SPLIT, sd_ceil_div(Hm, MLA_HB), T), MLA_THREADS, ss, stream, (const float *)mq,
                                 (const float *)qabs, (const float *)c, (const float *)kpe, Hm, dn, dr, R, pos0, vec, settled ? 1 : 0, part));
     const int mvec = ((size_t)R * es) % 16 == 0 && ((uintptr_t)kv_b->data & 15) == 0;
     const dim3 gm(sd_ceil_div(dv, MLA_VR), Hm, T);
+    SD_CUDA_CHECK(st, sd_prefer_shared(bf16 ? (const void *)merge_kernel<true> : (const void *)merge_kernel<false>));
     const cudaError_t e = bf16 ? sd_launch(merge_kernel<true>, gm, MLA_THREADS, merge_smem(R, es), stream, kv_b->data, (const float *)part, Hm, dn,
                                    dv, R, pos0, mvec, mo)
                        : sd_launch(merge_kernel<false>, gm, MLA_THREADS, merge_smem(R, es), stream, kv_b->data, (const float *)part, Hm, dn,
