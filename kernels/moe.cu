@@ -522,6 +522,8 @@ typedef struct {
 // its bits). Measured (2026-11-30, with the one-token up's carveout below, one run, three rounds; the
 // last block letting the up launch start before its selection): decode 2.539-2.568 -> 2.520-2.529
 // ms, a graph replay 2.483-2.506 -> 2.445-2.466, the MoE block 47.2-47.5 -> 45.6-46.1 µs (pdl.h).
+// Blocks of 4 or 2 router rows (64 or 128 blocks, shorter copies) changed nothing: 2.508-2.526 and
+// 2.502-2.524 ms against 2.505-2.525 (one run, three rounds).
 template <bool WARPSORT>
 static __global__ void __launch_bounds__(SD_LIN_WARPS * 32) route_select_kernel(const __grid_constant__ route_select_params p) {
     extern __shared__ __align__(128) unsigned char rs_sm[];
