@@ -53,49 +53,44 @@ static inline cudaError_t sd_launch(void (*kernel)(KArgs...), dim3 grid, dim3 bl
     return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 
-// Lets `kernel` take `smem` bytes of dynamic shared memory (the opt-in: the default is 48 KB less
-// the kernel's static shared memory, so anything above 32 KB asks): the runtime
-// is asked once per kernel, device and larger size, not on every launch (a cache per
-// translation unit, for the kernels it launches).
-static inline cudaError_t sd_allow_smem(const void *kernel, size_t smem) {
-    if (smem <= 32 * 1024) return cudaSuccess; // within the default for any kernel of at most 16 KB static
+// Sets `attr` of `kernel` on the current device to at least `value`: the runtime is asked once per
+// kernel, device, attribute and larger value, not on every launch (a cache per translation unit,
+// for the kernels it launches).
+static inline cudaError_t sd_func_attr_at_least(const void *kernel, cudaFuncAttribute attr, int value) {
     struct grant {
         const void *kernel;
         int dev;
-        size_t bytes;
+        cudaFuncAttribute attr;
+        int value;
     };
-    static grant seen[32];
+    static grant seen[48];
     static int n_seen;
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) dev = -1;
     grant *g = nullptr;
     for (int i = 0; i < n_seen && !g; i++)
-        if (seen[i].kernel == kernel && seen[i].dev == dev) g = &seen[i];
-    if (g && g->bytes >= smem) return cudaSuccess;
-    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (seen[i].kernel == kernel && seen[i].dev == dev && seen[i].attr == attr) g = &seen[i];
+    if (g && g->value >= value) return cudaSuccess;
+    const cudaError_t e = cudaFuncSetAttribute(kernel, attr, value);
     if (e != cudaSuccess) return e;
-    if (!g && n_seen < 32) g = &seen[n_seen++];
-    if (g) *g = {kernel, dev, smem};
+    if (!g && n_seen < 48) g = &seen[n_seen++];
+    if (g) *g = {kernel, dev, attr, value};
     return cudaSuccess;
 }
 
-// Asks the runtime, once per kernel and device, to give `kernel`'s multiprocessors the largest
-// shared-memory carveout (cudaSharedmemCarveoutMaxShared) rather than the L1-heavy one it would
-// pick for a kernel with little shared memory: the launches after it, which need shared memory,
-// can then share a multiprocessor with its blocks (see moe.cu's up launch).
+// Lets `kernel` take `smem` bytes of dynamic shared memory (the opt-in: the default is 48 KB less
+// the kernel's static shared memory, so anything above 32 KB asks).
+static inline cudaError_t sd_allow_smem(const void *kernel, size_t smem) {
+    if (smem <= 32 * 1024) return cudaSuccess; // within the default for any kernel of at most 16 KB static
+    return sd_func_attr_at_least(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+}
+
+// Asks for `kernel`'s multiprocessors to get the largest shared-memory carveout
+// (cudaSharedmemCarveoutMaxShared) rather than the L1-heavy one the runtime picks for a kernel
+// with little shared memory: the launches after it, which need shared memory, can then share a
+// multiprocessor with its blocks (see moe.cu's up launch).
 static inline cudaError_t sd_prefer_shared(const void *kernel) {
-    static struct {
-        const void *kernel;
-        int dev;
-    } seen[16];
-    static int n_seen;
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) dev = -1;
-    for (int i = 0; i < n_seen; i++)
-        if (seen[i].kernel == kernel && seen[i].dev == dev) return cudaSuccess;
-    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
-    if (e == cudaSuccess && n_seen < 16) seen[n_seen++] = {kernel, dev};
-    return e;
+    return sd_func_attr_at_least(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
 }
 
 // An NVTX range for the lifetime of a launcher (closed on every return path).
