@@ -9,6 +9,8 @@
 //      the decode step and the largest verify again as replays of one captured CUDA graph
 //      (cuda_graph.h, arm "graph"): the launch overhead eager mode pays; then the stream-launched
 //      steps in plain stream order (kernels/pdl.h, arm "device/off"): what the launch overlap buys;
+//      then the KDA output norm folded into the scan's launch (walk.c, arm "+kfold") against the
+//      default, decode in alternating pairs, the largest verify and the decode graph once each;
 //   3. the bytes a step must move: every weight read once (embedding rows of the T tokens, every
 //      non-expert tensor, lm_head), the DISTINCT routed experts the step's tokens select (counted
 //      from the routing of the same step, per layer, through opts.on_route), the KDA state read
@@ -22,9 +24,10 @@
 // Prints a table and one JSON line per row ("bench":"gpu_e2e").
 // usage: bench_gpu_e2e [--config NAME]... [--ctx N] [--reps N] [--kmax K] [--seed S] [--eager] [--profile]
 //        (NAME: a file in configs/ without .json; default toy and kimi-linear-48b-a3b). --profile:
-//        after the prefill, only one decode step, one verify pass and one decode step replayed
-//        from a captured graph between cudaProfilerStart and Stop (for `ncu --profile-from-start
-//        off` and bench/ktrace.c), no timing.
+//        after the prefill, only one decode step, one verify pass, one decode step replayed
+//        from a captured graph and one decode step with the KDA output norm folded into the scan
+//        (steps 0-3) between cudaProfilerStart and Stop (for `ncu --profile-from-start off` and
+//        bench/ktrace.c), no timing.
 #include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 #include <stdint.h>
@@ -243,7 +246,8 @@ static void timed_step(const sd_model *dev, sd_state *s, const int *toks, int T,
     OKS(sd_state_commit(s, 0, &st_));
 }
 
-static void measure(const char *config, const sd_model *dev, sd_state *s, int T, step_arm arm, const bench_opts *o) {
+// One row (print_row); returns its median step in ms.
+static double measure(const char *config, const sd_model *dev, sd_state *s, int T, step_arm arm, const bench_opts *o) {
     const sd_config *c = &dev->cfg;
     sd_cuda_backend *b = sd_cuda_backend_of(dev);
     b->moe_arm = arm == ARM_EAGER ? SD_CUDA_MOE_EAGER : SD_CUDA_MOE_DEVICE_TABLE;
@@ -281,11 +285,13 @@ static void measure(const char *config, const sd_model *dev, sd_state *s, int T,
                              tb.bucket_ns[TRACE_BUCKET_VMLA] * 1e-6, tb.bucket_ns[TRACE_BUCKET_VFFN] * 1e-6};
     const step_bytes sb = bytes_of_step(dev, &r, s->len, T);
     char arm_label[32];
-    snprintf(arm_label, sizeof arm_label, "%s%s", arm_name[arm], sd_cuda_pdl_on() || arm == ARM_GRAPH ? "" : "/off");
+    snprintf(arm_label, sizeof arm_label, "%s%s%s", arm_name[arm], sd_cuda_pdl_on() || arm == ARM_GRAPH ? "" : "/off",
+             b->kda_norm_in_scan ? "+kfold" : "");
     print_row(config, arm_label, T, o, med, mn, p90, &sb, n_moe ? distinct / n_moe : 0, split);
     free(ms);
     free(r.seen);
     b->moe_arm = SD_CUDA_MOE_DEVICE_TABLE;
+    return med;
 }
 
 // Device time per call of one sublayer over back-to-back calls (events), against its bytes.
@@ -481,10 +487,14 @@ static void run_config(const char *name, const bench_opts *o) {
         sd_cuda_graph g1; // the decode step as a graph replay too: its timeline against the stream launches'
         OKS(sd_cuda_graph_capture(&dev, &s, 1, &g1, &st_));
         timed_step(&dev, &s, toks, 1, &g1);
+        sd_cuda_backend *b = sd_cuda_backend_of(&dev);
         CK(cudaProfilerStart());
         step(&dev, &s, toks, 1, NULL);
         step(&dev, &s, toks, max_T, NULL);
         timed_step(&dev, &s, toks, 1, &g1);
+        b->kda_norm_in_scan = true; // step 3: the decode step with the KDA output norm in the scan
+        step(&dev, &s, toks, 1, NULL);
+        b->kda_norm_in_scan = false;
         CK(cudaProfilerStop());
         sd_cuda_graph_free(&g1);
         free(prompt);
@@ -501,6 +511,27 @@ static void run_config(const char *name, const bench_opts *o) {
     measure(name, &dev, &s, 1, ARM_DEVICE, o);
     measure(name, &dev, &s, max_T, ARM_DEVICE, o);
     sd_cuda_pdl(mode0);
+    // The KDA output norm folded into the scan's launch (b->kda_norm_in_scan, walk.c; arm
+    // "+kfold") against the default in alternating pairs, so drift falls on both: the
+    // stream-launched decode step twice each, then the largest verify and the decode graph.
+    sd_cuda_backend *b = sd_cuda_backend_of(&dev);
+    double pair_ms[2][2]; // [fold][pair]
+    for (int i = 0; i < 4; i++) {
+        b->kda_norm_in_scan = i & 1;
+        pair_ms[i & 1][i / 2] = measure(name, &dev, &s, 1, ARM_DEVICE, o);
+    }
+    for (int fold = 0; fold < 2; fold++) {
+        b->kda_norm_in_scan = fold;
+        measure(name, &dev, &s, max_T, ARM_DEVICE, o);
+        measure(name, &dev, &s, 1, ARM_GRAPH, o);
+    }
+    b->kda_norm_in_scan = false;
+    const double base = 0.5 * (pair_ms[0][0] + pair_ms[0][1]), fold = 0.5 * (pair_ms[1][0] + pair_ms[1][1]);
+    printf("kfold A/B %s decode (stream launches): default %.3f / %.3f ms, folded %.3f / %.3f ms: %+.1f us (%+.2f%%)\n",
+           name, pair_ms[0][0], pair_ms[0][1], pair_ms[1][0], pair_ms[1][1], (fold - base) * 1e3, 100.0 * (fold - base) / base);
+    printf("{\"bench\":\"gpu_e2e_ab\",\"config\":\"%s\",\"variant\":\"kfold\",\"T\":1,\"default_ms\":[%.4f,%.4f],"
+           "\"variant_ms\":[%.4f,%.4f],\"delta_us\":%.2f}\n",
+           name, pair_ms[0][0], pair_ms[0][1], pair_ms[1][0], pair_ms[1][1], (fold - base) * 1e3);
     if (o->eager) {
         measure(name, &dev, &s, 1, ARM_EAGER, o);
         measure(name, &dev, &s, max_T, ARM_EAGER, o);

@@ -21,7 +21,10 @@
 //          per-element operations are the CPU kda_step's (the device expf is the only
 //          difference); every order depends on d alone, never on T (verify ≡ decode bit for bit).
 //          bench/kda_lab.cu times the versions (the producer/chain kernel this replaced included).
-//   out:   one block per (head, token): RMSNorm over d (fixed-order block sum) ⊙ sigmoid(gb).
+//   out:   one block per (head, token): RMSNorm over d (fixed-order block sum) ⊙ sigmoid(gb). Or
+//          folded into the tiled scan's launch (kda.h): the last column block of each head to
+//          finish (an atomic ticket) applies it to the head's rows — the same arithmetic
+//          (gated_norm), hence the same bits, and one launch fewer a KDA layer.
 // Tried and not kept (2026-11-29, kimi-linear-48b-a3b decode): the conv, the f_b/g_b Linears and
 // the scan folded into one launch per tiled-scan block (each block bulk-copying its head's f_b
 // rows and its g_b rows, then conv, gate dots, recurrence), bit for bit the three launches, but
@@ -367,6 +370,42 @@ static __global__ void scan_global_kernel(float *S, int n_slots, sd_dev_pos at, 
     }
 }
 
+// (c) of element c of one (token, head) row, for every thread of a block of at least d threads
+// (a multiple of 32; threads c >= d pass yv = 0 and get an unused value): sd_block_sum of the
+// squares — the warps past d add exact zeros, so the sum is the same for any such block — then
+// the CPU's formula. The one definition of (c)'s arithmetic: out_kernel and the scan's fold.
+__device__ __forceinline__ float gated_norm(float yv, float g, float w, float eps, int d, float *sh) {
+    const float ss = sd_block_sum(yv * yv, sh);
+    const float scale = 1.0f / sqrtf(ss / (float)d + eps);
+    return ((yv * scale) * w) * sd_dev_sigmoid(g);
+}
+
+// The tiled scan's fold of (c) (kda.h): this block's y columns are written (by the threads with
+// `wrote`), fenced and counted into tickets[h]; the head's last block to count returns the
+// ticket to zero and normalises the head's T rows in place, reading the other blocks' columns
+// from L2.
+template <int D>
+__device__ __forceinline__ void gated_norm_tail(const sd_kda_out_norm &out, int h, int T, size_t P, float *y, bool wrote) {
+    __shared__ float red[32];
+    __shared__ bool last;
+    if (wrote) __threadfence(); // the y columns, then the ticket
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(&out.tickets[h], 1) == D / 32 - 1;
+        if (last) out.tickets[h] = 0;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const int c = threadIdx.x;
+    const bool in = c < D;
+    for (int t = 0; t < T; t++) {
+        const size_t o = (size_t)t * P + (size_t)h * D + c;
+        const float r = gated_norm(in ? __ldcg(y + o) : 0.0f, in ? out.gb[o] : 0.0f, in ? out.o_norm[c] : 0.0f, out.eps, D, red);
+        if (in) y[o] = r;
+    }
+}
+
 // Tiled scan (d = 32, 64, 96, 128; KW divides d): a block owns 32 value
 // columns of one head (grid H·d/32) and D/KW warps; warp w holds the state rows [w·KW, (w+1)·KW)
 // of the block's columns in registers (lane = column), so a token costs two KW-long chains per
@@ -387,7 +426,7 @@ static __global__ void __launch_bounds__(D / KW * 32)
 scan_tile_kernel(float *S, int n_slots, sd_dev_pos at, int T, int H, const float *__restrict__ qc,
                  const float *__restrict__ kc, const float *__restrict__ vc, const float *__restrict__ gate,
                  const float *__restrict__ beta, const float *__restrict__ A_log, const float *__restrict__ dt_bias,
-                 float *__restrict__ y, bool vec, bool settled) {
+                 float *__restrict__ y, bool vec, bool settled, const __grid_constant__ sd_kda_out_norm out) {
     using sm = scan_tile_smem<D, KW>;
     __shared__ __align__(16) sm sh;
     const int h = blockIdx.x / (D / 32), j0 = (int)(blockIdx.x % (D / 32)) * 32;
@@ -439,6 +478,7 @@ scan_tile_kernel(float *S, int n_slots, sd_dev_pos at, int T, int H, const float
             }
         }
     }
+    if (out.gb) gated_norm_tail<D>(out, h, T, P, y, w == 0);
 }
 
 template <int D>
@@ -451,34 +491,39 @@ static cudaError_t scan_col(float *S, int n_slots, sd_dev_pos n0, int T, int H, 
 template <int D>
 static cudaError_t scan_tile(float *S, int n_slots, sd_dev_pos n0, int T, int H, const float *qc, const float *kc,
                              const float *vc, const float *gate, const float *beta, const float *A_log, const float *dt_bias,
-                             float *y, bool vec, bool settled, cudaStream_t stream) {
+                             float *y, bool vec, bool settled, const sd_kda_out_norm &out, cudaStream_t stream) {
     return sd_launch(scan_tile_kernel<D, 32>, H * (D / 32), D, 0, stream, S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log,
-                     dt_bias, y, vec, settled);
+                     dt_bias, y, vec, settled, out);
 }
 
 extern "C" sd_code sd_cuda_kda_scan(float *S, int n_slots, sd_dev_pos n0, int T, int H, int d, const float *qc, const float *kc,
                                     const float *vc, const float *gate, const float *beta, const float *A_log,
-                                    const float *dt_bias, float *y, bool settled, cudaStream_t stream, sd_status *st) {
+                                    const float *dt_bias, float *y, const sd_kda_out_norm *out, bool settled,
+                                    cudaStream_t stream, sd_status *st) {
     SD_NVTX("sd_cuda_kda_scan");
     if (d < 1 || d > 1024) return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda kda: head_dim %d outside 1..1024", d);
     if (T < 1) return SD_OK;
     if (T >= n_slots) return sd_fail(st, SD_ERR_USAGE, "cuda kda scan: %d tokens need more than %d state slots", T, n_slots);
     if (!A_log != !dt_bias) return sd_fail(st, SD_ERR_USAGE, "cuda kda scan: A_log and dt_bias come together");
+    if (out && !(out->gb && out->o_norm && out->tickets))
+        return sd_fail(st, SD_ERR_USAGE, "cuda kda scan: the folded output norm needs gb, o_norm and the tickets");
     const bool vec = (((uintptr_t)qc | (uintptr_t)kc | (uintptr_t)gate) & 15) == 0;
+    const bool tiled = d == 32 || d == 64 || d == 96 || d == 128;
+    const sd_kda_out_norm fold = out && tiled ? *out : sd_kda_out_norm{};
     cudaError_t e;
     switch (d) {
     case 8: e = scan_col<8>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, stream); break;
     case 16: e = scan_col<16>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, stream); break;
-    case 32: e = scan_tile<32>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, settled, stream); break;
-    case 64: e = scan_tile<64>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, settled, stream); break;
-    case 96: e = scan_tile<96>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, settled, stream); break;
-    case 128: e = scan_tile<128>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, settled, stream); break;
+    case 32: e = scan_tile<32>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, settled, fold, stream); break;
+    case 64: e = scan_tile<64>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, settled, fold, stream); break;
+    case 96: e = scan_tile<96>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, settled, fold, stream); break;
+    case 128: e = scan_tile<128>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, settled, fold, stream); break;
     default:
         e = sd_launch(scan_global_kernel, H, d, 3 * (size_t)d * sizeof(float), stream, S, n_slots, n0, T, H, d, qc, kc, vc, gate,
                       beta, A_log, dt_bias, y);
     }
     SD_CUDA_CHECK(st, e);
-    return SD_OK;
+    return out && !tiled ? sd_cuda_kda_out(y, out->gb, out->o_norm, out->eps, T, H, d, stream, st) : SD_OK;
 }
 
 static __global__ void out_kernel(float *__restrict__ y, const float *__restrict__ gb, const float *__restrict__ o_norm,
@@ -487,13 +532,9 @@ static __global__ void out_kernel(float *__restrict__ y, const float *__restrict
     __shared__ float sh[32];
     const int h = blockIdx.x, t = blockIdx.y, c = threadIdx.x;
     const size_t o = ((size_t)t * H + h) * d + c;
-    const float yv = c < d ? y[o] : 0.0f;
-    const float ss = sd_block_sum(yv * yv, sh);
-    const float scale = 1.0f / sqrtf(ss / (float)d + eps);
-    if (c < d) {
-        const float r = (yv * scale) * o_norm[c];
-        y[o] = r * sd_dev_sigmoid(gb[o]);
-    }
+    const bool in = c < d;
+    const float r = gated_norm(in ? y[o] : 0.0f, in ? gb[o] : 0.0f, in ? o_norm[c] : 0.0f, eps, d, sh);
+    if (in) y[o] = r;
 }
 
 extern "C" sd_code sd_cuda_kda_out(float *y, const float *gb, const float *o_norm, float eps, int T, int H, int d,

@@ -14,6 +14,7 @@ Test(cuda, suite) { cr_skip_test("CUDA backend not built (no toolkit or -DSPECDE
 #include <cuda_runtime_api.h>
 #include "cuda_backend.h" // sd_cuda_model_upload, sd_cuda_state_init, sd_cuda_backend_of
 #include "cuda_layers.h"  // sd_cuda_kda_forward, sd_cuda_mla_forward, sd_cuda_moe_forward
+#include "kda.h"          // sd_cuda_kda_scan, sd_cuda_kda_out
 #include "layers.h"       // the CPU twins
 #include "linear.h"       // sd_cuda_linear
 #include "moe.h"          // sd_cuda_moe_route, sd_cuda_ffn
@@ -214,6 +215,73 @@ Test(cuda_ops, rmsnorm_embed_add) {
         cudaFree(dt);
         tmat_free(&e);
     }
+}
+
+// ---------------------------------------------------------------------------- KDA output norm
+// The output norm folded into the scan's launch (kda.h) gives the bits of the scan followed by
+// sd_cuda_kda_out, state slots included, at every d: the tiled scans (32..128) fold it behind
+// their tickets — which every call returns to zero, so a second call folds again — and the
+// others (16 one block a head, 40 any d) launch the out kernel after the scan.
+Test(cuda_ops, kda_scan_folds_out_norm) {
+    NEED_GPU();
+    static const int DS[] = {16, 32, 64, 96, 128, 40}, TS[] = {1, 5, 17};
+    const int H = 3, n0 = 7;
+    for (size_t di = 0; di < sizeof DS / sizeof *DS; di++)
+        for (size_t ti = 0; ti < sizeof TS / sizeof *TS; ti++) {
+            const int d = DS[di], T = TS[ti], n_slots = T + 1, P = H * d;
+            const size_t nS = (size_t)n_slots * P * d, nY = (size_t)T * P;
+            const uint64_t seed = 7000 + 16 * di + ti;
+            float *S = rand_host(nS, seed, 0.1f), *qc = rand_host(nY, seed + 1, 0.3f), *kc = rand_host(nY, seed + 2, 0.3f);
+            float *vc = rand_host(nY, seed + 3, 1.0f), *gate = rand_host(nY, seed + 4, 1.0f), *gb = rand_host(nY, seed + 5, 2.0f);
+            float *beta = rand_host((size_t)T * H, seed + 6, 2.0f), *A_log = rand_host(H, seed + 7, 0.5f);
+            float *dt_bias = rand_host(P, seed + 8, 0.5f), *o_norm = rand_host(d, seed + 9, 1.0f);
+            gbuf in[8];
+            const float *host[8] = {qc, kc, vc, gate, gb, beta, A_log, dt_bias};
+            const size_t n[8] = {nY, nY, nY, nY, nY, (size_t)T * H, H, P};
+            for (int i = 0; i < 8; i++) {
+                in[i] = gbuf_new(n[i]);
+                gbuf_put(&in[i], host[i], sizeof(float) * n[i]);
+            }
+            gbuf dnorm = gbuf_new(d);
+            gbuf_put(&dnorm, o_norm, sizeof(float) * d);
+            int *tickets;
+            CU(cudaMalloc((void **)&tickets, sizeof(int) * H));
+            CU(cudaMemset(tickets, 0, sizeof(int) * H));
+            const sd_kda_out_norm on = {.gb = in[4].p, .o_norm = dnorm.p, .eps = 1e-5f, .tickets = tickets};
+            char what[64];
+            snprintf(what, sizeof what, "kda scan + out norm d=%d T=%d", d, T);
+            // arm 0: the scan alone; 1: then the out kernel (the reference); 2, 3: folded, twice.
+            float *S_of[4], *y_of[4];
+            for (int arm = 0; arm < 4; arm++) {
+                gbuf dS = gbuf_new(nS), dy = gbuf_new(nY);
+                gbuf_put(&dS, S, sizeof(float) * nS);
+                float *junk = rand_host(nY, seed + 10 + arm, 9.0f); // y is written before it is read
+                gbuf_put(&dy, junk, sizeof(float) * nY);
+                free(junk);
+                OK(sd_cuda_kda_scan(dS.p, n_slots, sd_pos_fixed(n0), T, H, d, in[0].p, in[1].p, in[2].p, in[3].p, in[5].p,
+                                    in[6].p, in[7].p, dy.p, arm >= 2 ? &on : NULL, false, stream0(), &st_));
+                if (arm == 1) OK(sd_cuda_kda_out(dy.p, in[4].p, dnorm.p, 1e-5f, T, H, d, stream0(), &st_));
+                S_of[arm] = malloc(sizeof(float) * nS);
+                y_of[arm] = malloc(sizeof(float) * nY);
+                gbuf_get(&dS, S_of[arm], sizeof(float) * nS);
+                gbuf_get(&dy, y_of[arm], sizeof(float) * nY);
+                gbuf_done(&dS, what);
+                gbuf_done(&dy, what);
+                int left[3];
+                CU(cudaMemcpy(left, tickets, sizeof left, cudaMemcpyDeviceToHost));
+                for (int h = 0; h < H; h++) cr_assert_eq(left[h], 0, "%s: head %d's ticket left at %d (arm %d)", what, h, left[h], arm);
+            }
+            cr_assert(memcmp(y_of[0], y_of[1], sizeof(float) * nY) != 0, "%s: the out norm changed nothing", what);
+            for (int arm = 2; arm < 4; arm++) {
+                cr_assert(memcmp(y_of[arm], y_of[1], sizeof(float) * nY) == 0, "%s: folded y differs (call %d)", what, arm - 1);
+                cr_assert(memcmp(S_of[arm], S_of[1], sizeof(float) * nS) == 0, "%s: folded state differs (call %d)", what, arm - 1);
+            }
+            for (int arm = 0; arm < 4; arm++) { free(S_of[arm]); free(y_of[arm]); }
+            for (int i = 0; i < 8; i++) gbuf_done(&in[i], what);
+            gbuf_done(&dnorm, what);
+            CU(cudaFree(tickets));
+            free(S); free(qc); free(kc); free(vc); free(gate); free(gb); free(beta); free(A_log); free(dt_bias); free(o_norm);
+        }
 }
 
 // ---------------------------------------------------------------------------- FFN and routing

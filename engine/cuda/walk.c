@@ -67,13 +67,15 @@ static sd_code kda_mixer(sd_cuda_backend *b, const sd_kda_weights *w, const sd_c
     TRY(sd_cuda_kda_conv(s->kda[layer].conv, s->max_T + W - 1, x->q, x->k, x->v, w->q_conv, w->k_conv, w->v_conv, T, H,
                          d, W, pos0, settled, &w->f_b, x->fa, x->gate, &w->g_b, x->ga, x->gb, x->qc, x->kc, x->vc, q, st));
     // The recurrence (state slots pos0+1 .. pos0+T), applying the gates as it reads them:
-    // g = -exp(A_log) · softplus(f_b·(f_a·a) + dt_bias), β = sigmoid(b·a).
+    // g = -exp(A_log) · softplus(f_b·(f_a·a) + dt_bias), β = sigmoid(b·a). Then the output
+    // rmsnorm(o_h, o_norm) ⊙ sigmoid(g_b·(g_a·a)): its own launch, or folded into the scan's
+    // (b->kda_norm_in_scan; the scan bucket then holds its tail too); then o_proj.
+    const sd_kda_out_norm on = {.gb = x->gb, .o_norm = w->o_norm, .eps = c->rms_norm_eps, .tickets = x->kda_tickets};
     uint64_t t_scan = bucket_start(b, tb);
     TRY(sd_cuda_kda_scan(s->kda[layer].S, s->max_T + 1, pos0, T, H, d, x->qc, x->kc, x->vc, x->gate, x->beta, w->A_log,
-                         w->dt_bias, x->y, settled, q, st));
+                         w->dt_bias, x->y, b->kda_norm_in_scan ? &on : NULL, settled, q, st));
     bucket_stop(b, tb, TRACE_BUCKET_SCAN, t_scan);
-    // Output: rmsnorm(o_h, o_norm) ⊙ sigmoid(g_b·(g_a·a)), then o_proj.
-    TRY(sd_cuda_kda_out(x->y, x->gb, w->o_norm, c->rms_norm_eps, T, H, d, q, st));
+    if (!b->kda_norm_in_scan) TRY(sd_cuda_kda_out(x->y, x->gb, w->o_norm, c->rms_norm_eps, T, H, d, q, st));
     const sd_lin_job o = job(&w->o, x->y, out, out_mode(accumulate));
     return sd_cuda_linear_multi(&o, 1, T, q, st);
 }
