@@ -390,10 +390,7 @@ __device__ __forceinline__ void gated_norm_tail(const sd_kda_out_norm &out, int 
     __shared__ bool last;
     if (wrote) __threadfence(); // the y columns, then the ticket
     __syncthreads();
-    if (threadIdx.x == 0) {
-        last = atomicAdd(&out.tickets[h], 1) == D / 32 - 1;
-        if (last) out.tickets[h] = 0;
-    }
+    if (threadIdx.x == 0) last = sd_ticket_last(&out.tickets[h], D / 32);
     __syncthreads();
     if (!last) return;
     __threadfence();
