@@ -478,7 +478,7 @@ static void run_version(int v, const scan_args &a, cudaStream_t stream) {
     case 7: CK((scan_pa<128, 28, 16>(a.S, a.n_slots, sd_pos_fixed(a.n0), a.T, a.H, a.q, a.k, a.v, a.g, a.beta, a.y, true, stream))); break;
     case 8: CK((scan_pa<128, 14, 16>(a.S, a.n_slots, sd_pos_fixed(a.n0), a.T, a.H, a.q, a.k, a.v, a.g, a.beta, a.y, true, stream))); break;
     case 9:
-        scan_tile_kernel<128, 16><<<a.H * 4, 256, 0, stream>>>(a.S, a.n_slots, sd_pos_fixed(a.n0), a.T, a.H, a.q, a.k, a.v,
+        scan_tile_kernel<128, 16, false><<<a.H * 4, 256, 0, stream>>>(a.S, a.n_slots, sd_pos_fixed(a.n0), a.T, a.H, a.q, a.k, a.v,
                                                              a.g, a.beta, nullptr, nullptr, a.y, true, false, sd_kda_out_norm{});
         break;
     }

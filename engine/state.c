@@ -55,7 +55,6 @@ static void layout(sd_state *s, bump *b) {
     x->tickets = take(b, sizeof(int) * D);
     x->moe_ready = take(b, sizeof(int) * (E + 2));
     x->route_ticket = take(b, sizeof(int));
-    x->kda_tickets = take(b, sizeof(int) * Hk);
     x->argmax_ws = take(b, sizeof(int) * SD_ARGMAX_WS_INTS(T));
     s->cursor = take(b, 2 * sizeof(int));
 }

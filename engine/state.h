@@ -59,8 +59,6 @@ typedef struct {
                                         // up blocks per expert, then the shared expert's, then finished
                                         // down blocks; each selection zeroes them for its call
     int *route_ticket;                  // (1) the one-token route + select launch's ticket (moe.h), likewise
-    int *kda_tickets;                   // (Hk) the device KDA scan's per-head tickets when it folds the
-                                        // output norm (kda.h), likewise
     int *argmax_ws;                     // SD_ARGMAX_WS_INTS(T): the device argmax's slice results and
                                         // row tickets (zero between calls, as tickets)
 } sd_scratch;

@@ -22,9 +22,9 @@
 //          difference); every order depends on d alone, never on T (verify ≡ decode bit for bit).
 //          bench/kda_lab.cu times the versions (the producer/chain kernel this replaced included).
 //   out:   one block per (head, token): RMSNorm over d (fixed-order block sum) ⊙ sigmoid(gb). Or
-//          folded into the tiled scan's launch (kda.h): the last column block of each head to
-//          finish (an atomic ticket) applies it to the head's rows — the same arithmetic
-//          (gated_norm), hence the same bits, and one launch fewer a KDA layer.
+//          folded into the tiled scan's launch (kda.h): a head's column blocks are one cluster
+//          and trade their sums of squares through distributed shared memory — the same sums in
+//          the same trees, hence the same bits, and one launch fewer a KDA layer.
 // Tried and not kept (2026-11-29, kimi-linear-48b-a3b decode): the conv, the f_b/g_b Linears and
 // the scan folded into one launch per tiled-scan block (each block bulk-copying its head's f_b
 // rows and its g_b rows, then conv, gate dots, recurrence), bit for bit the three launches, but
@@ -39,7 +39,8 @@
 // scan it lengthens the chain.
 #include "kda.h"
 #include "common.cuh"
-#include <cuda_pipeline.h> // __pipeline_memcpy_async, _commit, _wait_prior
+#include <cooperative_groups.h> // this_cluster: the folded output norm's exchange
+#include <cuda_pipeline.h>      // __pipeline_memcpy_async, _commit, _wait_prior
 
 // One block per (head, q|k|v, token), a thread per channel: the W-tap window over positions
 // pos-W+1 .. pos reads this call's positions (>= pos0) from the fresh projections and earlier
@@ -370,37 +371,11 @@ static __global__ void scan_global_kernel(float *S, int n_slots, sd_dev_pos at, 
     }
 }
 
-// (c) of element c of one (token, head) row, for every thread of a block of at least d threads
-// (a multiple of 32; threads c >= d pass yv = 0 and get an unused value): sd_block_sum of the
-// squares — the warps past d add exact zeros, so the sum is the same for any such block — then
-// the CPU's formula. The one definition of (c)'s arithmetic: out_kernel and the scan's fold.
-__device__ __forceinline__ float gated_norm(float yv, float g, float w, float eps, int d, float *sh) {
-    const float ss = sd_block_sum(yv * yv, sh);
+// (c) of one element, given its row's sum of squares ss: the CPU's formula. The one definition of
+// (c)'s elementwise arithmetic, for out_kernel and the scan's fold.
+__device__ __forceinline__ float gated_norm_of(float yv, float ss, float w, float g, float eps, int d) {
     const float scale = 1.0f / sqrtf(ss / (float)d + eps);
     return ((yv * scale) * w) * sd_dev_sigmoid(g);
-}
-
-// The tiled scan's fold of (c) (kda.h): this block's y columns are written (by the threads with
-// `wrote`), fenced and counted into tickets[h]; the head's last block to count returns the
-// ticket to zero and normalises the head's T rows in place, reading the other blocks' columns
-// from L2.
-template <int D>
-__device__ __forceinline__ void gated_norm_tail(const sd_kda_out_norm &out, int h, int T, size_t P, float *y, bool wrote) {
-    __shared__ float red[32];
-    __shared__ bool last;
-    if (wrote) __threadfence(); // the y columns, then the ticket
-    __syncthreads();
-    if (threadIdx.x == 0) last = sd_ticket_last(&out.tickets[h], D / 32);
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    const int c = threadIdx.x;
-    const bool in = c < D;
-    for (int t = 0; t < T; t++) {
-        const size_t o = (size_t)t * P + (size_t)h * D + c;
-        const float r = gated_norm(in ? __ldcg(y + o) : 0.0f, in ? out.gb[o] : 0.0f, in ? out.o_norm[c] : 0.0f, out.eps, D, red);
-        if (in) y[o] = r;
-    }
 }
 
 // Tiled scan (d = 32, 64, 96, 128; KW divides d): a block owns 32 value
@@ -411,20 +386,70 @@ __device__ __forceinline__ void gated_norm_tail(const sd_kda_out_norm &out, int 
 // d and KW alone, so verify ≡ decode holds bit for bit; it differs from the CPU's single chain by
 // rounding (NMSE-level). Per element the operations are kda_step's: S·e, ks += S·k,
 // u = β(v − ks), S += k·u, o += S·(q·d^-0.5).
-template <int D, int KW>
-struct scan_tile_smem {
+//
+// FOLD (kda.h's out): the head's D/32 column blocks are one thread-block cluster. Warp 0 keeps
+// a chunk's outputs in shared memory instead of y; at the chunk's end it sums its columns'
+// squares per token with sd_warp_sum (sd_block_sum's first stage: out_kernel's warp j0/32),
+// the cluster exchanges those sums through distributed shared memory, and warp 0 of every block
+// adds the head's D/32 of them in sd_block_sum's second tree (lane r: block rank r, which owns
+// columns 32r ..) and writes its columns through gated_norm_of — out_kernel's bits, without
+// its launch and without a round trip through global memory.
+template <int SC, bool FOLD> struct scan_fold_rows {
+    float yo[SC][32]; // warp 0's outputs of the chunk's tokens
+    float part[SC];   // their sums of squares over this block's 32 columns
+};
+template <int SC> struct scan_fold_rows<SC, false> {};
+
+template <int D, int KW, bool FOLD>
+struct scan_tile_smem : scan_fold_rows<16, FOLD> {
     static constexpr int SC = 16, NW = D / KW; // tokens staged at once; warps
     scan_tokens<D, SC - 1, 32> x;              // rows 0 .. SC-1: tokens c0 .. c0+SC-1
     float ks[NW][32], o[NW][32];               // the warps' partial sums of this token
 };
 
-template <int D, int KW>
+// FOLD: tokens c0 .. c0+nt-1 of the chunk through (c) (above). Every thread of the block calls
+// it (two cluster barriers); warp 0 works. The second barrier keeps every block's part alive
+// and unchanged until the cluster has read it.
+template <int D, class SM>
+__device__ __forceinline__ void fold_out_norm(SM &sh, const sd_kda_out_norm &out, int h, int c0, int nt, size_t P, int j0,
+                                              float *y) {
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    const int lane = threadIdx.x & 31;
+    const bool w0 = threadIdx.x < 32;
+    const size_t col = (size_t)h * D + j0 + lane;
+    float g[SM::SC], wn = 0.0f;
+    if (w0) {
+        wn = out.o_norm[j0 + lane];
+#pragma unroll
+        for (int tt = 0; tt < SM::SC; tt++)
+            if (tt < nt) g[tt] = out.gb[(size_t)(c0 + tt) * P + col];
+        for (int tt = 0; tt < nt; tt++) {
+            const float v = sh.yo[tt][lane];
+            const float p = sd_warp_sum(v * v);
+            if (lane == 0) sh.part[tt] = p;
+        }
+    }
+    cluster.sync();
+    if (w0) {
+        const float *part = lane < D / 32 ? cluster.map_shared_rank(&sh.part[0], (unsigned)lane) : nullptr;
+#pragma unroll
+        for (int tt = 0; tt < SM::SC; tt++) {
+            if (tt >= nt) break;
+            const float ss = sd_warp_sum(part ? part[tt] : 0.0f);
+            y[(size_t)(c0 + tt) * P + col] = gated_norm_of(sh.yo[tt][lane], ss, wn, g[tt], out.eps, D);
+        }
+    }
+    cluster.sync();
+}
+
+template <int D, int KW, bool FOLD>
 static __global__ void __launch_bounds__(D / KW * 32)
 scan_tile_kernel(float *S, int n_slots, sd_dev_pos at, int T, int H, const float *__restrict__ qc,
                  const float *__restrict__ kc, const float *__restrict__ vc, const float *__restrict__ gate,
                  const float *__restrict__ beta, const float *__restrict__ A_log, const float *__restrict__ dt_bias,
                  float *__restrict__ y, bool vec, bool settled, const __grid_constant__ sd_kda_out_norm out) {
-    using sm = scan_tile_smem<D, KW>;
+    using sm = scan_tile_smem<D, KW, FOLD>;
     __shared__ __align__(16) sm sh;
     const int h = blockIdx.x / (D / 32), j0 = (int)(blockIdx.x % (D / 32)) * 32;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, i0 = w * KW;
@@ -471,11 +496,12 @@ scan_tile_kernel(float *S, int n_slots, sd_dev_pos at, int T, int H, const float
                 float ot = sh.o[0][lane];
 #pragma unroll
                 for (int v = 1; v < sm::NW; v++) ot = ot + sh.o[v][lane];
-                y[(size_t)(c0 + tt) * P + (size_t)h * D + j0 + lane] = ot;
+                if constexpr (FOLD) sh.yo[tt][lane] = ot;
+                else y[(size_t)(c0 + tt) * P + (size_t)h * D + j0 + lane] = ot;
             }
         }
+        if constexpr (FOLD) fold_out_norm<D>(sh, out, h, c0, nt, P, j0, y);
     }
-    if (out.gb) gated_norm_tail<D>(out, h, T, P, y, w == 0);
 }
 
 template <int D>
@@ -488,9 +514,12 @@ static cudaError_t scan_col(float *S, int n_slots, sd_dev_pos n0, int T, int H, 
 template <int D>
 static cudaError_t scan_tile(float *S, int n_slots, sd_dev_pos n0, int T, int H, const float *qc, const float *kc,
                              const float *vc, const float *gate, const float *beta, const float *A_log, const float *dt_bias,
-                             float *y, bool vec, bool settled, const sd_kda_out_norm &out, cudaStream_t stream) {
-    return sd_launch(scan_tile_kernel<D, 32>, H * (D / 32), D, 0, stream, S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log,
-                     dt_bias, y, vec, settled, out);
+                             float *y, bool vec, bool settled, const sd_kda_out_norm *out, cudaStream_t stream) {
+    if (out) // FOLD: a head's column blocks form one cluster
+        return sd_launch_clustered(D / 32, scan_tile_kernel<D, 32, true>, H * (D / 32), D, 0, stream, S, n_slots, n0, T, H, qc,
+                                   kc, vc, gate, beta, A_log, dt_bias, y, vec, settled, *out);
+    return sd_launch(scan_tile_kernel<D, 32, false>, H * (D / 32), D, 0, stream, S, n_slots, n0, T, H, qc, kc, vc, gate, beta,
+                     A_log, dt_bias, y, vec, settled, sd_kda_out_norm{});
 }
 
 extern "C" sd_code sd_cuda_kda_scan(float *S, int n_slots, sd_dev_pos n0, int T, int H, int d, const float *qc, const float *kc,
@@ -502,19 +531,18 @@ extern "C" sd_code sd_cuda_kda_scan(float *S, int n_slots, sd_dev_pos n0, int T,
     if (T < 1) return SD_OK;
     if (T >= n_slots) return sd_fail(st, SD_ERR_USAGE, "cuda kda scan: %d tokens need more than %d state slots", T, n_slots);
     if (!A_log != !dt_bias) return sd_fail(st, SD_ERR_USAGE, "cuda kda scan: A_log and dt_bias come together");
-    if (out && !(out->gb && out->o_norm && out->tickets))
-        return sd_fail(st, SD_ERR_USAGE, "cuda kda scan: the folded output norm needs gb, o_norm and the tickets");
+    if (out && !(out->gb && out->o_norm))
+        return sd_fail(st, SD_ERR_USAGE, "cuda kda scan: the folded output norm needs gb and o_norm");
     const bool vec = (((uintptr_t)qc | (uintptr_t)kc | (uintptr_t)gate) & 15) == 0;
     const bool tiled = d == 32 || d == 64 || d == 96 || d == 128;
-    const sd_kda_out_norm fold = out && tiled ? *out : sd_kda_out_norm{};
     cudaError_t e;
     switch (d) {
     case 8: e = scan_col<8>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, stream); break;
     case 16: e = scan_col<16>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, stream); break;
-    case 32: e = scan_tile<32>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, settled, fold, stream); break;
-    case 64: e = scan_tile<64>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, settled, fold, stream); break;
-    case 96: e = scan_tile<96>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, settled, fold, stream); break;
-    case 128: e = scan_tile<128>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, settled, fold, stream); break;
+    case 32: e = scan_tile<32>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, settled, out, stream); break;
+    case 64: e = scan_tile<64>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, settled, out, stream); break;
+    case 96: e = scan_tile<96>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, settled, out, stream); break;
+    case 128: e = scan_tile<128>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, settled, out, stream); break;
     default:
         e = sd_launch(scan_global_kernel, H, d, 3 * (size_t)d * sizeof(float), stream, S, n_slots, n0, T, H, d, qc, kc, vc, gate,
                       beta, A_log, dt_bias, y);
@@ -530,8 +558,9 @@ static __global__ void out_kernel(float *__restrict__ y, const float *__restrict
     const int h = blockIdx.x, t = blockIdx.y, c = threadIdx.x;
     const size_t o = ((size_t)t * H + h) * d + c;
     const bool in = c < d;
-    const float r = gated_norm(in ? y[o] : 0.0f, in ? gb[o] : 0.0f, in ? o_norm[c] : 0.0f, eps, d, sh);
-    if (in) y[o] = r;
+    const float yv = in ? y[o] : 0.0f;
+    const float ss = sd_block_sum(yv * yv, sh);
+    if (in) y[o] = gated_norm_of(yv, ss, o_norm[c], gb[o], eps, d);
 }
 
 extern "C" sd_code sd_cuda_kda_out(float *y, const float *gb, const float *o_norm, float eps, int T, int H, int d,

@@ -36,15 +36,14 @@ sd_code sd_cuda_kda_conv(float *conv_rows, int n_rows, const float *q, const flo
 // (P), gate and beta are the raw projections and the scan applies the gates as it reads them:
 // g = -exp(A_log[h]) · softplus(gate + dt_bias), β = sigmoid(beta) (the CPU's formulas); with
 // both NULL they are final. out: NULL, or (c) below applied to y as well — in the scan's own
-// launch when d is 32, 64, 96 or 128 (the tiled scan: the last of a head's d/32 column blocks to
-// finish, counted in tickets[h] and returning it to zero, normalises the head's rows with
-// sd_cuda_kda_out's arithmetic, so y gets the same bits), else by sd_cuda_kda_out's launch
-// right after the scan's.
+// launch when d is 32, 64, 96 or 128 (the tiled scan: a head's d/32 column blocks form one
+// thread-block cluster and trade their sums of squares through distributed shared memory, in
+// sd_cuda_kda_out's order, so y gets the same bits), else by sd_cuda_kda_out's launch right
+// after the scan's.
 typedef struct {
     const float *gb;     // (T, P)
     const float *o_norm; // (d)
     float eps;
-    int *tickets;        // (H) zero between calls (state.h)
 } sd_kda_out_norm;
 sd_code sd_cuda_kda_scan(float *S, int n_slots, sd_dev_pos n0, int T, int H, int d, const float *qc, const float *kc,
                          const float *vc, const float *gate, const float *beta, const float *A_log, const float *dt_bias,

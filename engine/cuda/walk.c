@@ -70,7 +70,7 @@ static sd_code kda_mixer(sd_cuda_backend *b, const sd_kda_weights *w, const sd_c
     // g = -exp(A_log) · softplus(f_b·(f_a·a) + dt_bias), β = sigmoid(b·a). Then the output
     // rmsnorm(o_h, o_norm) ⊙ sigmoid(g_b·(g_a·a)): its own launch, or folded into the scan's
     // (b->kda_norm_in_scan; the scan bucket then holds its tail too); then o_proj.
-    const sd_kda_out_norm on = {.gb = x->gb, .o_norm = w->o_norm, .eps = c->rms_norm_eps, .tickets = x->kda_tickets};
+    const sd_kda_out_norm on = {.gb = x->gb, .o_norm = w->o_norm, .eps = c->rms_norm_eps};
     uint64_t t_scan = bucket_start(b, tb);
     TRY(sd_cuda_kda_scan(s->kda[layer].S, s->max_T + 1, pos0, T, H, d, x->qc, x->kc, x->vc, x->gate, x->beta, w->A_log,
                          w->dt_bias, x->y, b->kda_norm_in_scan ? &on : NULL, settled, q, st));
