@@ -127,17 +127,6 @@ __device__ __forceinline__ float sd_dev_sigmoid(float x) { return 1.0f / (1.0f +
 __device__ __forceinline__ float sd_dev_silu(float x) { return x * sd_dev_sigmoid(x); }
 __device__ __forceinline__ float sd_dev_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
-// A launch's "last block" hand-off: one thread of each of n blocks counts its block into *ticket
-// (device memory, zero before the first count) after the block's results are fenced; the call
-// that makes the count n returns true and puts the ticket back to zero for the next launch. The
-// caller broadcasts the answer to its block, and the last block fences before it reads the
-// others' results.
-__device__ __forceinline__ bool sd_ticket_last(int *ticket, int n) {
-    const bool last = atomicAdd(ticket, 1) == n - 1;
-    if (last) *ticket = 0;
-    return last;
-}
-
 // Warp sum, fixed tree: lane l adds lane l+16, then +8, +4, +2, +1; lane 0's value is broadcast.
 // The whole warp must call it.
 __device__ __forceinline__ float sd_warp_sum(float v) {

@@ -567,7 +567,10 @@ static __global__ void __launch_bounds__(SD_LIN_WARPS * 32) route_select_kernel(
     if (blockIdx.x == 0) __threadfence(); // nout, then the ticket
     __syncthreads();
     sd_pdl_trigger(); // nout is written and fenced (block 0), the counters zeroed: moe.h
-    if (threadIdx.x == 0) last = sd_ticket_last(p.ticket, (int)gridDim.x);
+    if (threadIdx.x == 0) {
+        last = atomicAdd(p.ticket, 1) == (int)gridDim.x - 1;
+        if (last) *p.ticket = 0;
+    }
     __syncthreads();
     if (!last) return;
     __threadfence();
@@ -830,6 +833,14 @@ __device__ __forceinline__ void down_combine(const moe_params &p, int o0, int nr
     }
 }
 
+// Thread 0: counts this unit into row block rb's ticket; true for the last of `units` (which
+// returns the ticket to zero: every unit has counted).
+__device__ __forceinline__ bool down_ticket(int *tickets, int rb, int units) {
+    const bool last = atomicAdd(&tickets[rb], 1) == units - 1;
+    if (last) tickets[rb] = 0;
+    return last;
+}
+
 // Thread 0: waits until the counter reaches `need` (acquire: the counted blocks' writes are
 // visible to this block after the barrier that follows).
 __device__ __forceinline__ void wait_count(int *counter, int need) {
@@ -894,7 +905,7 @@ moe_down_kernel(const __grid_constant__ moe_params p, int ent_lo, int ent_hi, in
     if (has_unit) down_dot(d, nrow, bulk, down_sm, &bar, 0);
     if (combine) {
         __syncthreads();
-        if (threadIdx.x == 0) last = sd_ticket_last(&tickets[blockIdx.x], (int)gridDim.y); // one count a unit
+        if (threadIdx.x == 0) last = down_ticket(tickets, blockIdx.x, (int)gridDim.y);
         __syncthreads();
         if (last) down_combine(p, o0, nrow);
     }
