@@ -407,40 +407,42 @@ struct scan_tile_smem : scan_fold_rows<16, FOLD> {
     float ks[NW][32], o[NW][32];               // the warps' partial sums of this token
 };
 
-// FOLD: tokens c0 .. c0+nt-1 of the chunk through (c) (above). Every thread of the block calls
-// it (two cluster barriers); warp 0 works. The second barrier keeps every block's part alive
-// and unchanged until the cluster has read it.
+// FOLD: tokens c0 .. c0+nt-1 of the chunk through (c) (above); g: warp 0's gb values of them
+// (loaded while the chunk ran), wn its o_norm value. Every thread of the block calls it: a
+// cluster barrier between the sums and their reads, and a second one whose wait comes last, so
+// every block's part stays alive and unchanged until the cluster has read it while the
+// normalised columns are computed and stored.
 template <int D, class SM>
-__device__ __forceinline__ void fold_out_norm(SM &sh, const sd_kda_out_norm &out, int h, int c0, int nt, size_t P, int j0,
-                                              float *y) {
+__device__ __forceinline__ void fold_out_norm(SM &sh, const float (&g)[SM::SC], float wn, float eps, int h, int c0, int nt,
+                                              size_t P, int j0, float *y) {
     namespace cg = cooperative_groups;
     cg::cluster_group cluster = cg::this_cluster();
     const int lane = threadIdx.x & 31;
     const bool w0 = threadIdx.x < 32;
-    const size_t col = (size_t)h * D + j0 + lane;
-    float g[SM::SC], wn = 0.0f;
-    if (w0) {
-        wn = out.o_norm[j0 + lane];
-#pragma unroll
-        for (int tt = 0; tt < SM::SC; tt++)
-            if (tt < nt) g[tt] = out.gb[(size_t)(c0 + tt) * P + col];
+    if (w0)
         for (int tt = 0; tt < nt; tt++) {
             const float v = sh.yo[tt][lane];
             const float p = sd_warp_sum(v * v);
             if (lane == 0) sh.part[tt] = p;
         }
-    }
     cluster.sync();
+    float ss[SM::SC];
     if (w0) {
         const float *part = lane < D / 32 ? cluster.map_shared_rank(&sh.part[0], (unsigned)lane) : nullptr;
 #pragma unroll
+        for (int tt = 0; tt < SM::SC; tt++)
+            if (tt < nt) ss[tt] = part ? part[tt] : 0.0f;
+    }
+    auto read = cluster.barrier_arrive(); // this block has read the others' parts
+    if (w0) {
+        const size_t col = (size_t)h * D + j0 + lane;
+#pragma unroll
         for (int tt = 0; tt < SM::SC; tt++) {
             if (tt >= nt) break;
-            const float ss = sd_warp_sum(part ? part[tt] : 0.0f);
-            y[(size_t)(c0 + tt) * P + col] = gated_norm_of(sh.yo[tt][lane], ss, wn, g[tt], out.eps, D);
+            y[(size_t)(c0 + tt) * P + col] = gated_norm_of(sh.yo[tt][lane], sd_warp_sum(ss[tt]), wn, g[tt], eps, D);
         }
     }
-    cluster.sync();
+    cluster.barrier_wait(std::move(read));
 }
 
 template <int D, int KW, bool FOLD>
@@ -463,11 +465,17 @@ scan_tile_kernel(float *S, int n_slots, sd_dev_pos at, int T, int H, const float
     const float *src = S + (size_t)(n0 % n_slots) * per_slot + head;
 #pragma unroll
     for (int r = 0; r < KW; r++) s[r] = src[(size_t)(i0 + r) * D];
+    const float wn = FOLD && w == 0 ? out.o_norm[j0 + lane] : 0.0f; // a weight: read before the wait
     if (settled) sd_pdl_wait_trigger();
     for (int c0 = 0; c0 < T; c0 += sm::SC) {
         const int nt = min(sm::SC, T - c0);
         __syncthreads(); // the previous chunk's rows are read
         scan_stage_chunk<D, sm::SC - 1, 32>(sh.x, c0, 0, nt, h, j0, P, H, qc, kc, vc, gate, beta, scale, A_log, dt_bias, vec);
+        float g[sm::SC]; // FOLD: warp 0's gb of the chunk's tokens, in flight while the chunk runs
+        if (FOLD && w == 0)
+#pragma unroll
+            for (int tt = 0; tt < sm::SC; tt++)
+                if (tt < nt) g[tt] = out.gb[(size_t)(c0 + tt) * P + (size_t)h * D + j0 + lane];
         for (int tt = 0; tt < nt; tt++) {
             const float *k = sh.x.k[tt], *e = sh.x.e[tt], *q = sh.x.q[tt];
             float ks = 0.0f;
@@ -500,7 +508,7 @@ scan_tile_kernel(float *S, int n_slots, sd_dev_pos at, int T, int H, const float
                 else y[(size_t)(c0 + tt) * P + (size_t)h * D + j0 + lane] = ot;
             }
         }
-        if constexpr (FOLD) fold_out_norm<D>(sh, out, h, c0, nt, P, j0, y);
+        if constexpr (FOLD) fold_out_norm<D, sm>(sh, g, wn, out.eps, h, c0, nt, P, j0, y);
     }
 }
 
