@@ -9,8 +9,8 @@
 //      the decode step and the largest verify again as replays of one captured CUDA graph
 //      (cuda_graph.h, arm "graph"): the launch overhead eager mode pays; then the stream-launched
 //      steps in plain stream order (kernels/pdl.h, arm "device/off"): what the launch overlap buys;
-//      then the KDA output norm folded into the scan's launch (walk.c, arm "+kfold") against the
-//      default (ab_kfold: decode in alternating pairs, the largest verify and the decode graph);
+//      then the KDA output norm in a launch of its own (walk.c, arm "-kfold") against the default,
+//      its fold into the scan's launch (ab_kfold: decode and its graph in alternating pairs);
 //   3. the bytes a step must move: every weight read once (embedding rows of the T tokens, every
 //      non-expert tensor, lm_head), the DISTINCT routed experts the step's tokens select (counted
 //      from the routing of the same step, per layer, through opts.on_route), the KDA state read
@@ -25,7 +25,7 @@
 // usage: bench_gpu_e2e [--config NAME]... [--ctx N] [--reps N] [--kmax K] [--seed S] [--eager] [--profile]
 //        (NAME: a file in configs/ without .json; default toy and kimi-linear-48b-a3b). --profile:
 //        after the prefill, only one decode step, one verify pass, one decode step replayed
-//        from a captured graph and one decode step with the KDA output norm folded into the scan
+//        from a captured graph and one decode step with the KDA output norm in its own launch
 //        (steps 0-3) between cudaProfilerStart and Stop (for `ncu --profile-from-start off` and
 //        bench/ktrace.c), no timing.
 #include <cuda_profiler_api.h>
@@ -286,7 +286,7 @@ static double measure(const char *config, const sd_model *dev, sd_state *s, int 
     const step_bytes sb = bytes_of_step(dev, &r, s->len, T);
     char arm_label[32];
     snprintf(arm_label, sizeof arm_label, "%s%s%s", arm_name[arm], sd_cuda_pdl_on() || arm == ARM_GRAPH ? "" : "/off",
-             b->kda_norm_in_scan ? "+kfold" : "");
+             b->kda_norm_in_scan ? "" : "-kfold");
     print_row(config, arm_label, T, o, med, mn, p90, &sb, n_moe ? distinct / n_moe : 0, split);
     free(ms);
     free(r.seen);
@@ -450,34 +450,37 @@ static void norm_fusion(const char *config, const sd_model *dev, sd_state *s, in
     fflush(stdout);
 }
 
-// The KDA output norm folded into the scan's launch (b->kda_norm_in_scan, walk.c; arm "+kfold")
-// against the default: the stream-launched decode step in AB_PAIRS alternating pairs, so drift
-// falls on both, then the largest verify and the decode graph once each; one verdict line (and
-// its JSON) from the decode pairs.
+// The KDA output norm in a launch of its own (b->kda_norm_in_scan false, arm "-kfold") against the
+// default (folded into the scan's launch, walk.c), in AB_PAIRS alternating pairs so drift falls on
+// both: the stream-launched decode step and its graph replay; then the largest verify once each.
+// One verdict line (and its JSON) per decode arm: what the fold saves.
 #define AB_PAIRS 3
 static void ab_kfold(const char *name, const sd_model *dev, sd_state *s, const bench_opts *o) {
     sd_cuda_backend *b = sd_cuda_backend_of(dev);
-    double ms[2][AB_PAIRS], mean[2] = {0, 0}; // [fold][pair]
-    for (int i = 0; i < 2 * AB_PAIRS; i++) {
-        b->kda_norm_in_scan = i & 1;
-        ms[i & 1][i / 2] = measure(name, dev, s, 1, ARM_DEVICE, o);
-        mean[i & 1] += ms[i & 1][i / 2] / AB_PAIRS;
-    }
-    for (int fold = 0; fold < 2; fold++) {
-        b->kda_norm_in_scan = fold;
-        measure(name, dev, s, o->kmax + 1, ARM_DEVICE, o);
-        measure(name, dev, s, 1, ARM_GRAPH, o);
+    for (int a = 0; a < 2; a++) {
+        const step_arm arm = a ? ARM_GRAPH : ARM_DEVICE;
+        double ms[2][AB_PAIRS], mean[2] = {0, 0}; // [folded][pair]
+        for (int i = 0; i < 2 * AB_PAIRS; i++) {
+            const int folded = !(i & 1);
+            b->kda_norm_in_scan = folded;
+            ms[folded][i / 2] = measure(name, dev, s, 1, arm, o);
+            mean[folded] += ms[folded][i / 2] / AB_PAIRS;
+        }
+        char pairs[256] = "";
+        for (int p = 0, n = 0; p < AB_PAIRS; p++)
+            n += snprintf(pairs + n, sizeof pairs - (size_t)n, "%s%+.1f", p ? ", " : "", (ms[0][p] - ms[1][p]) * 1e3);
+        const double saved_us = (mean[0] - mean[1]) * 1e3;
+        printf("kfold A/B %s decode (%s, %d pairs): folded %.3f ms, unfolded %.3f ms: the fold saves %+.1f us (%+.2f%%; "
+               "pairs %s us)\n",
+               name, a ? "graph replays" : "stream launches", AB_PAIRS, mean[1], mean[0], saved_us, 100.0 * saved_us * 1e-3 / mean[0],
+               pairs);
+        printf("{\"bench\":\"gpu_e2e_ab\",\"config\":\"%s\",\"variant\":\"kfold\",\"arm\":\"%s\",\"T\":1,\"pairs\":%d,"
+               "\"folded_ms\":%.4f,\"unfolded_ms\":%.4f,\"saved_us\":%.2f}\n",
+               name, arm_name[arm], AB_PAIRS, mean[1], mean[0], saved_us);
     }
     b->kda_norm_in_scan = false;
-    char pairs[256] = "";
-    for (int p = 0, n = 0; p < AB_PAIRS; p++)
-        n += snprintf(pairs + n, sizeof pairs - (size_t)n, "%s%+.1f", p ? ", " : "", (ms[1][p] - ms[0][p]) * 1e3);
-    const double delta_us = (mean[1] - mean[0]) * 1e3;
-    printf("kfold A/B %s decode (stream launches, %d pairs): default %.3f ms, folded %.3f ms: %+.1f us (%+.2f%%; pairs %s us)\n",
-           name, AB_PAIRS, mean[0], mean[1], delta_us, 100.0 * (mean[1] - mean[0]) / mean[0], pairs);
-    printf("{\"bench\":\"gpu_e2e_ab\",\"config\":\"%s\",\"variant\":\"kfold\",\"T\":1,\"pairs\":%d,"
-           "\"default_ms\":%.4f,\"variant_ms\":%.4f,\"delta_us\":%.2f}\n",
-           name, AB_PAIRS, mean[0], mean[1], delta_us);
+    measure(name, dev, s, o->kmax + 1, ARM_DEVICE, o);
+    b->kda_norm_in_scan = true;
     fflush(stdout);
 }
 
@@ -519,16 +522,16 @@ static void run_config(const char *name, const bench_opts *o) {
         OKS(sd_cuda_graph_capture(&dev, &s, 1, &g1, &st_));
         timed_step(&dev, &s, toks, 1, &g1);
         sd_cuda_backend *b = sd_cuda_backend_of(&dev);
-        b->kda_norm_in_scan = true; // its kernels loaded before the region, as the others' are
+        b->kda_norm_in_scan = false; // its kernels loaded before the region, as the others' are
         step(&dev, &s, toks, 1, NULL);
-        b->kda_norm_in_scan = false;
+        b->kda_norm_in_scan = true;
         CK(cudaProfilerStart());
         step(&dev, &s, toks, 1, NULL);
         step(&dev, &s, toks, max_T, NULL);
         timed_step(&dev, &s, toks, 1, &g1);
-        b->kda_norm_in_scan = true; // step 3: the decode step with the KDA output norm in the scan
+        b->kda_norm_in_scan = false; // step 3: the decode step with the KDA output norm in its own launch
         step(&dev, &s, toks, 1, NULL);
-        b->kda_norm_in_scan = false;
+        b->kda_norm_in_scan = true;
         CK(cudaProfilerStop());
         sd_cuda_graph_free(&g1);
         free(prompt);

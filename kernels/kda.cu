@@ -22,9 +22,14 @@
 //          difference); every order depends on d alone, never on T (verify ≡ decode bit for bit).
 //          bench/kda_lab.cu times the versions (the producer/chain kernel this replaced included).
 //   out:   one block per (head, token): RMSNorm over d (fixed-order block sum) ⊙ sigmoid(gb). Or
-//          folded into the tiled scan's launch (kda.h): a head's column blocks are one cluster
-//          and trade their sums of squares through distributed shared memory — the same sums in
-//          the same trees, hence the same bits, and one launch fewer a KDA layer.
+//          folded into the tiled scan's launch (kda.h; the walk's default): a head's column blocks
+//          are one cluster and trade their sums of squares through distributed shared memory —
+//          the same sums in the same trees, hence the same bits, and one launch fewer a KDA layer.
+//          Measured on the H200 (bench_gpu_e2e, kimi-linear-48b-a3b decode at ctx 512, three
+//          runs, eight A/B measurements each way): a graph replay 2-17 µs faster (mean 10.1),
+//          stream launches within the spread (mean -0.3 µs; 24 pairs from -11.2 to +11.8). With
+//          the cluster's second barrier waited on before the stores and gb read after the first:
+//          +1.8 µs stream, -9 µs graph (one run).
 // Tried and not kept (2026-11-29, kimi-linear-48b-a3b decode): the conv, the f_b/g_b Linears and
 // the scan folded into one launch per tiled-scan block (each block bulk-copying its head's f_b
 // rows and its g_b rows, then conv, gate dots, recurrence), bit for bit the three launches, but

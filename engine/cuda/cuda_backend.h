@@ -24,9 +24,9 @@ typedef struct sd_cuda_backend {
     char device_name[256];    // for receipts
     cudaStream_t stream;      // every kernel of this model
     sd_cuda_moe_arm moe_arm;  // settable at any time between forwards (default: device table)
-    bool kda_norm_in_scan;    // the KDA output norm folded into the scan's launch (kda.h), one
+    bool kda_norm_in_scan;    // the KDA output norm folded into the scan's launch (kda.h): one
                               //   launch fewer a KDA layer, same bits; settable like moe_arm
-                              //   (default off until bench_gpu_e2e's A/B rows show it faster)
+                              //   (default on; bench_gpu_e2e's kfold A/B measures it against off)
     // Owned device memory.
     void *arena;              // the weights (arena_bytes, the host arena's layout)
     size_t arena_bytes;

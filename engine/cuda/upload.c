@@ -102,6 +102,7 @@ static sd_code create(const sd_config *cfg, int device, const sd_cuda_weight_sou
                       sd_cuda_backend *b, sd_status *st) {
     b->device = device;
     b->moe_arm = SD_CUDA_MOE_DEVICE_TABLE;
+    b->kda_norm_in_scan = true;
     SD_CUDA_CHECK(st, cudaSetDevice(device));
     sd_code rc = sd_cuda_device_name(device, b->device_name, sizeof b->device_name, st);
     if (rc) return rc;

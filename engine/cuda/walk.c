@@ -69,7 +69,7 @@ static sd_code kda_mixer(sd_cuda_backend *b, const sd_kda_weights *w, const sd_c
     // The recurrence (state slots pos0+1 .. pos0+T), applying the gates as it reads them:
     // g = -exp(A_log) · softplus(f_b·(f_a·a) + dt_bias), β = sigmoid(b·a). Then the output
     // rmsnorm(o_h, o_norm) ⊙ sigmoid(g_b·(g_a·a)): its own launch, or folded into the scan's
-    // (b->kda_norm_in_scan; the scan bucket then holds its tail too); then o_proj.
+    // (b->kda_norm_in_scan, the default; the scan bucket then holds its tail too); then o_proj.
     const sd_kda_out_norm on = {.gb = x->gb, .o_norm = w->o_norm, .eps = c->rms_norm_eps};
     uint64_t t_scan = bucket_start(b, tb);
     TRY(sd_cuda_kda_scan(s->kda[layer].S, s->max_T + 1, pos0, T, H, d, x->qc, x->kc, x->vc, x->gate, x->beta, w->A_log,
@@ -319,6 +319,12 @@ static sd_code ensure_buffers(sd_cuda_backend *b, int T, sd_status *st) {
 sd_code sd_cuda_walk(sd_cuda_backend *b, const sd_model *m, sd_state *s, const int *tokens, int T,
                      const sd_forward_opts *opts, sd_status *st) {
     const sd_config *c = &m->cfg;
+    // Measured and not kept (2026-12-01, H200, bench_gpu_e2e kimi-linear-48b-a3b, three runs of
+    // each build alternating): the embedding gathered by every block of layer 0's first launch,
+    // before its wait, instead of this launch (the host is behind the device at a step's start,
+    // so one launch fewer there looked free; same bits, every GPU suite passed): decode
+    // 2.504-2.516 -> 2.517-2.528 ms, a graph replay 2.435-2.452 -> 2.456-2.474 — each of the
+    // launch's 786 blocks then waits on its own token read from pinned memory and its row.
     TRY(sd_cuda_embed(&m->w.embed, tokens, T, s->scratch.x, b->stream, st));
     for (int i = 0; i < c->num_hidden_layers; i++) {
         char name[32];
