@@ -26,8 +26,9 @@
 //          are one cluster and trade their sums of squares through distributed shared memory —
 //          the same sums in the same trees, hence the same bits, and one launch fewer a KDA layer.
 //          Measured on the H200 (bench_gpu_e2e, kimi-linear-48b-a3b decode at ctx 512, three
-//          runs, eight A/B measurements each way): a graph replay 2-17 µs faster (mean 10.1),
-//          stream launches within the spread (mean -0.3 µs; 24 pairs from -11.2 to +11.8). With
+//          runs, nine A/B measurements of three alternating pairs each way): a graph replay 2-17 µs
+//          faster (mean 9.7), stream launches within the spread (mean -0.5 µs; pairs from -11.2 to
+//          +11.8). With
 //          the cluster's second barrier waited on before the stores and gb read after the first:
 //          +1.8 µs stream, -9 µs graph (one run).
 // Tried and not kept (2026-11-29, kimi-linear-48b-a3b decode): the conv, the f_b/g_b Linears and
