@@ -457,6 +457,7 @@ static void norm_fusion(const char *config, const sd_model *dev, sd_state *s, in
 #define AB_PAIRS 3
 static void ab_kfold(const char *name, const sd_model *dev, sd_state *s, const bench_opts *o) {
     sd_cuda_backend *b = sd_cuda_backend_of(dev);
+    const bool given = b->kda_norm_in_scan;
     for (int a = 0; a < 2; a++) {
         const step_arm arm = a ? ARM_GRAPH : ARM_DEVICE;
         double ms[2][AB_PAIRS], mean[2] = {0, 0}; // [folded][pair]
@@ -480,7 +481,7 @@ static void ab_kfold(const char *name, const sd_model *dev, sd_state *s, const b
     }
     b->kda_norm_in_scan = false;
     measure(name, dev, s, o->kmax + 1, ARM_DEVICE, o);
-    b->kda_norm_in_scan = true;
+    b->kda_norm_in_scan = given;
     fflush(stdout);
 }
 
@@ -522,16 +523,17 @@ static void run_config(const char *name, const bench_opts *o) {
         OKS(sd_cuda_graph_capture(&dev, &s, 1, &g1, &st_));
         timed_step(&dev, &s, toks, 1, &g1);
         sd_cuda_backend *b = sd_cuda_backend_of(&dev);
+        const bool given = b->kda_norm_in_scan;
         b->kda_norm_in_scan = false; // its kernels loaded before the region, as the others' are
         step(&dev, &s, toks, 1, NULL);
-        b->kda_norm_in_scan = true;
+        b->kda_norm_in_scan = given;
         CK(cudaProfilerStart());
         step(&dev, &s, toks, 1, NULL);
         step(&dev, &s, toks, max_T, NULL);
         timed_step(&dev, &s, toks, 1, &g1);
         b->kda_norm_in_scan = false; // step 3: the decode step with the KDA output norm in its own launch
         step(&dev, &s, toks, 1, NULL);
-        b->kda_norm_in_scan = true;
+        b->kda_norm_in_scan = given;
         CK(cudaProfilerStop());
         sd_cuda_graph_free(&g1);
         free(prompt);
