@@ -12,6 +12,11 @@
 //      issuing its copies before griddepcontrol.wait (programmatic dependent launch, as the layer
 //      walk chains its launches, kernels/pdl.h): as stream launches and as one captured graph;
 //      the cost of one boundary = (t_k - t_1) / (k - 1).
+//   3. A chain of 32 launches of 24 MB each (the device slower than the host's launches) whose
+//      kernel takes P bytes of parameters (P = 64 .. 2048; the Linear's lin_params is ~700):
+//      stream and graph µs, and what each parameter byte costs a launch against P = 64 — a
+//      stream launch carries its parameters in the command stream, a graph node has them on
+//      the device already.
 // Usage: read_lab   (prints a table and one JSON line per row; no validation: nothing is computed)
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -25,7 +30,7 @@
 // Block b copies bytes [b·CHUNK, (b+1)·CHUNK) of src into shared memory before its wait, then
 // sums them as words (so the bytes are consumed) and writes the sum when it is a sentinel the
 // data never produces.
-static __global__ void __launch_bounds__(THREADS, 3) read_kernel(const unsigned char *src, float *sink) {
+__device__ __forceinline__ void read_body(const unsigned char *src, float *sink, unsigned salt) {
     extern __shared__ __align__(128) unsigned char sm[];
     __shared__ uint64_t bar;
     sd_pdl_trigger();
@@ -37,12 +42,26 @@ static __global__ void __launch_bounds__(THREADS, 3) read_kernel(const unsigned 
     sd_pdl_wait();
     __syncthreads();
     sd_bulk_wait(&bar, 0);
-    unsigned acc = 0;
+    unsigned acc = salt;
     for (int i = threadIdx.x; i < CHUNK / 16; i += THREADS) {
         const uint4 v = ((const uint4 *)sm)[i];
         acc += v.x ^ v.y ^ v.z ^ v.w;
     }
     if (acc == 0x9e3779b9u) sink[blockIdx.x & 1023] = (float)acc;
+}
+
+static __global__ void __launch_bounds__(THREADS, 3) read_kernel(const unsigned char *src, float *sink) {
+    read_body(src, sink, 0);
+}
+
+// P bytes of launch parameters (section 3); the kernel reads its last byte so none is dead.
+template <int P> struct pad_params {
+    const unsigned char *src;
+    float *sink;
+    unsigned char pad[P - 16];
+};
+template <int P> static __global__ void __launch_bounds__(THREADS, 3) read_kernel_p(const __grid_constant__ pad_params<P> p) {
+    read_body(p.src, p.sink, p.pad[P - 17]);
 }
 
 static void launch_read(const unsigned char *src, size_t bytes, float *sink, cudaStream_t q) {
@@ -128,8 +147,44 @@ int main() {
         printf("{\"bench\":\"read_lab_chain\",\"mb\":128,\"k\":%d,\"stream_us\":%.2f,\"graph_us\":%.2f,"
                "\"stream_us_per_boundary\":%.3f,\"graph_us_per_boundary\":%.3f}\n", k, s, gr, sb, gb);
     }
+
+    const int n3 = 32;
+    const size_t part3 = (size_t)24 << 20;
+    printf("\n3. %d launches of %zu MB, P bytes of kernel parameters\n%6s %12s %12s %16s %16s\n", n3, part3 >> 20, "P",
+           "stream us", "graph us", "stream ns/launch", "graph ns/launch");
+    double s64 = 0, g64 = 0;
+    auto params_row = [&](auto kernel, auto params, int P) {
+        CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, CHUNK));
+        auto chain = [&] {
+            for (int i = 0; i < n3; i++) {
+                params.src = src + (size_t)i * part3;
+                CK(sd_launch(kernel, (unsigned)(part3 / CHUNK), THREADS, CHUNK, q, params));
+            }
+        };
+        const double s = timed(chain);
+        cudaGraph_t g;
+        cudaGraphExec_t ge;
+        CK(cudaStreamBeginCapture(q, cudaStreamCaptureModeThreadLocal));
+        chain();
+        CK(cudaStreamEndCapture(q, &g));
+        CK(cudaGraphInstantiate(&ge, g, 0));
+        const double gr = timed([&] { CK(cudaGraphLaunch(ge, q)); });
+        CK(cudaGraphExecDestroy(ge));
+        CK(cudaGraphDestroy(g));
+        if (P == 64) { s64 = s; g64 = gr; }
+        const double sd = 1e3 * (s - s64) / n3, gd = 1e3 * (gr - g64) / n3;
+        printf("%6d %12.1f %12.1f %16.0f %16.0f\n", P, s, gr, sd, gd);
+        printf("{\"bench\":\"read_lab_params\",\"param_bytes\":%d,\"launches\":%d,\"stream_us\":%.2f,\"graph_us\":%.2f,"
+               "\"stream_ns_per_launch_vs_64\":%.1f,\"graph_ns_per_launch_vs_64\":%.1f}\n", P, n3, s, gr, sd, gd);
+        return sd;
+    };
+    params_row(read_kernel_p<64>, pad_params<64>{nullptr, sink, {}}, 64);
+    params_row(read_kernel_p<256>, pad_params<256>{nullptr, sink, {}}, 256);
+    const double s704 = params_row(read_kernel_p<704>, pad_params<704>{nullptr, sink, {}}, 704);
+    params_row(read_kernel_p<2048>, pad_params<2048>{nullptr, sink, {}}, 2048);
     printf("read_lab: one launch costs %.1f us beyond its bytes at %.0f GB/s; a boundary of the 64-launch chain %.2f us "
-           "(stream), %.2f us (graph)\n", t0, 1e-3 / slope, sb_last, gb_last);
+           "(stream), %.2f us (graph); 704 bytes of parameters cost a stream launch %+.0f ns against 64\n", t0, 1e-3 / slope,
+           sb_last, gb_last, s704);
     CK(cudaFree(src));
     CK(cudaFree(flush));
     CK(cudaFree(sink));
