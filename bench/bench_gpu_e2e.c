@@ -9,8 +9,9 @@
 //      the decode step and the largest verify again as replays of one captured CUDA graph
 //      (cuda_graph.h, arm "graph"): the launch overhead eager mode pays; then the stream-launched
 //      steps in plain stream order (kernels/pdl.h, arm "device/off"): what the launch overlap buys;
-//      then the KDA output norm in a launch of its own (walk.c, arm "-kfold") against the default,
-//      its fold into the scan's launch (ab_kfold: decode and its graph in alternating pairs);
+//      then each switchable variant of the walk off against on (ab_pairs: decode and its graph in
+//      alternating pairs; rows of an arm with a variant off are labelled "-NAME": "-kfold" the KDA
+//      output norm in a launch of its own);
 //   3. the bytes a step must move: every weight read once (embedding rows of the T tokens, every
 //      non-expert tensor, lm_head), the DISTINCT routed experts the step's tokens select (counted
 //      from the routing of the same step, per layer, through opts.on_route), the KDA state read
@@ -208,17 +209,19 @@ static void tokens_of(uint32_t seed, int V, int n, int *out) {
 }
 
 static void print_row(const char *config, const char *arm, int T, const bench_opts *o, double med, double mn, double p90,
-                      const step_bytes *b, double distinct_avg, const double split[4]) {
+                      double enq, const step_bytes *b, double distinct_avg, const double split[4]) {
     const double bytes = total_of(b), gbs = bytes / (med * 1e-3) / 1e9, pct = 100.0 * bytes / (o->bw * med * 1e-3);
-    printf("%-22s %-6s %2d %9.3f %9.3f %8.3f %7.1f %8.1f %6.1f%%\n", config, arm, T, med, mn, bytes / 1e9, distinct_avg, gbs,
-           pct);
+    char host[48] = "";
+    if (enq >= 0) snprintf(host, sizeof host, "   enqueued %.3f", enq);
+    printf("%-22s %-6s %2d %9.3f %9.3f %8.3f %7.1f %8.1f %6.1f%%%s\n", config, arm, T, med, mn, bytes / 1e9, distinct_avg, gbs,
+           pct, host);
     printf("{\"bench\":\"gpu_e2e\",\"config\":\"%s\",\"device\":\"%s\",\"moe_arm\":\"%s\",\"phase\":\"%s\",\"T\":%d,\"k\":%d,"
            "\"ctx\":%d,\"reps\":%d,\"ms_median\":%.4f,\"ms_min\":%.4f,\"ms_p90\":%.4f,\"bytes\":%.0f,\"bytes_dense\":%.0f,"
            "\"bytes_embed\":%.0f,\"bytes_lm_head\":%.0f,\"bytes_experts\":%.0f,\"bytes_kda_state\":%.0f,"
            "\"bytes_mla_cache\":%.0f,\"distinct_experts_per_moe_layer\":%.2f,\"copy_bw_gbs\":%.1f,\"achieved_gbs\":%.1f,"
-           "\"pct_roofline\":%.2f,\"trace2_ms\":{\"vkda\":%.3f,\"scan\":%.3f,\"vmla\":%.3f,\"vffn\":%.3f}}\n",
+           "\"pct_roofline\":%.2f,\"host_enqueued_ms\":%.4f,\"trace2_ms\":{\"vkda\":%.3f,\"scan\":%.3f,\"vmla\":%.3f,\"vffn\":%.3f}}\n",
            config, o->device, arm, T == 1 ? "decode" : "verify", T, T - 1, o->ctx, o->reps, med, mn, p90, bytes, b->dense,
-           b->embed, b->head, b->experts, b->kda, b->mla, distinct_avg, o->bw / 1e9, gbs, pct, split[0], split[1], split[2],
+           b->embed, b->head, b->experts, b->kda, b->mla, distinct_avg, o->bw / 1e9, gbs, pct, enq, split[0], split[1], split[2],
            split[3]);
     fflush(stdout);
 }
@@ -246,6 +249,32 @@ static void timed_step(const sd_model *dev, sd_state *s, const int *toks, int T,
     OKS(sd_state_commit(s, 0, &st_));
 }
 
+// The walk's switchable variants, each the same bits on and off (default on): what bench rows
+// label with "-NAME" while it is off, and what ab_pairs times.
+typedef struct {
+    const char *name, *what;
+    bool (*set)(sd_cuda_backend *b, bool on); // returns the previous setting
+} variant;
+static bool set_kfold(sd_cuda_backend *b, bool on) {
+    const bool was = b->kda_norm_in_scan;
+    b->kda_norm_in_scan = on;
+    return was;
+}
+static const variant variants[] = {
+    {"kfold", "the KDA output norm folded into the scan's launch (walk.c)", set_kfold},
+};
+#define N_VARIANTS (int)(sizeof variants / sizeof variants[0])
+
+// "-NAME" for each variant that is off.
+static void variant_suffix(sd_cuda_backend *b, char *out, size_t n) {
+    out[0] = 0;
+    for (int i = 0; i < N_VARIANTS; i++) {
+        const bool on = variants[i].set(b, true);
+        variants[i].set(b, on);
+        if (!on) snprintf(out + strlen(out), n - strlen(out), "-%s", variants[i].name);
+    }
+}
+
 // One row (print_row); returns its median step in ms.
 static double measure(const char *config, const sd_model *dev, sd_state *s, int T, step_arm arm, const bench_opts *o) {
     const sd_config *c = &dev->cfg;
@@ -268,12 +297,15 @@ static double measure(const char *config, const sd_model *dev, sd_state *s, int 
         g = &graph;
     }
     for (int i = 0; i < 3; i++) timed_step(dev, s, toks, T, g);
-    double *ms = malloc(sizeof(double) * (size_t)o->reps);
+    double *ms = malloc(sizeof(double) * (size_t)o->reps), *enq = malloc(sizeof(double) * (size_t)o->reps);
     for (int i = 0; i < o->reps; i++) {
         const double t0 = now_ms();
         timed_step(dev, s, toks, T, g);
         ms[i] = now_ms() - t0;
+        enq[i] = (double)b->enqueued_ns * 1e-6 - t0; // stream launches: when the host had launched the step's last kernel
     }
+    const double enq_med = g ? -1 : median(enq, o->reps);
+    free(enq);
     if (g) sd_cuda_graph_free(g);
     const double med = median(ms, o->reps), mn = ms[0], p90 = ms[(int)(0.9 * (o->reps - 1))];
     // Level-2 split (drains around each bucket).
@@ -284,14 +316,46 @@ static double measure(const char *config, const sd_model *dev, sd_state *s, int 
     const double split[4] = {tb.bucket_ns[TRACE_BUCKET_VKDA] * 1e-6, tb.bucket_ns[TRACE_BUCKET_SCAN] * 1e-6,
                              tb.bucket_ns[TRACE_BUCKET_VMLA] * 1e-6, tb.bucket_ns[TRACE_BUCKET_VFFN] * 1e-6};
     const step_bytes sb = bytes_of_step(dev, &r, s->len, T);
-    char arm_label[32];
-    snprintf(arm_label, sizeof arm_label, "%s%s%s", arm_name[arm], sd_cuda_pdl_on() || arm == ARM_GRAPH ? "" : "/off",
-             b->kda_norm_in_scan ? "" : "-kfold");
-    print_row(config, arm_label, T, o, med, mn, p90, &sb, n_moe ? distinct / n_moe : 0, split);
+    char arm_label[64], off[48];
+    variant_suffix(b, off, sizeof off);
+    snprintf(arm_label, sizeof arm_label, "%s%s%s", arm_name[arm], sd_cuda_pdl_on() || arm == ARM_GRAPH ? "" : "/off", off);
+    print_row(config, arm_label, T, o, med, mn, p90, enq_med, &sb, n_moe ? distinct / n_moe : 0, split);
     free(ms);
     free(r.seen);
     b->moe_arm = SD_CUDA_MOE_DEVICE_TABLE;
     return med;
+}
+
+// What launching a decode step costs the host alone: the step enqueued behind a device-side
+// memset of up to 8 GB (milliseconds of device work), so no launch waits for the device; the
+// median over 5 steps of the time until its last launch, against the stream-launched step's own
+// (the "enqueued" column): equal, and the host is what a step waits for.
+static void host_cost(const char *config, const sd_model *dev, sd_state *s) {
+    sd_cuda_backend *b = sd_cuda_backend_of(dev);
+    size_t free_b = 0, total_b = 0;
+    CK(cudaMemGetInfo(&free_b, &total_b));
+    size_t n = free_b / 2 < ((size_t)8 << 30) ? free_b / 2 : ((size_t)8 << 30);
+    void *busy = NULL;
+    if (n < ((size_t)256 << 20) || cudaMalloc(&busy, n) != cudaSuccess) {
+        (void)cudaGetLastError();
+        printf("host cost %s: skipped (no device memory to keep the device busy)\n", config);
+        return;
+    }
+    int toks[1];
+    tokens_of(1001u, dev->cfg.vocab_size, 1, toks);
+    double enq[5];
+    for (int i = 0; i < 5; i++) {
+        CK(cudaMemsetAsync(busy, i, n, b->stream));
+        const double t0 = now_ms();
+        step(dev, s, toks, 1, NULL);
+        enq[i] = (double)b->enqueued_ns * 1e-6 - t0;
+    }
+    CK(cudaFree(busy));
+    const double med = median(enq, 5);
+    printf("host cost %s decode: every launch of the step enqueued in %.3f ms behind a %.1f GB memset (median of 5)\n", config,
+           med, n / 1e9);
+    printf("{\"bench\":\"gpu_e2e_host_cost\",\"config\":\"%s\",\"T\":1,\"host_enqueue_ms\":%.4f}\n", config, med);
+    fflush(stdout);
 }
 
 // Device time per call of one sublayer over back-to-back calls (events), against its bytes.
@@ -450,38 +514,39 @@ static void norm_fusion(const char *config, const sd_model *dev, sd_state *s, in
     fflush(stdout);
 }
 
-// The KDA output norm in a launch of its own (b->kda_norm_in_scan false, arm "-kfold") against the
-// default (folded into the scan's launch, walk.c), in AB_PAIRS alternating pairs so drift falls on
-// both: the stream-launched decode step and its graph replay; then the largest verify once each.
-// One verdict line (and its JSON) per decode arm: what the fold saves.
+// Each variant on against off, in AB_PAIRS alternating pairs so drift falls on both: the
+// stream-launched decode step and its graph replay; then the largest verify off once. One
+// verdict line (and its JSON) per decode arm: what the variant saves.
 #define AB_PAIRS 3
-static void ab_kfold(const char *name, const sd_model *dev, sd_state *s, const bench_opts *o) {
+static void ab_pairs(const char *name, const sd_model *dev, sd_state *s, const bench_opts *o) {
     sd_cuda_backend *b = sd_cuda_backend_of(dev);
-    const bool given = b->kda_norm_in_scan;
-    for (int a = 0; a < 2; a++) {
-        const step_arm arm = a ? ARM_GRAPH : ARM_DEVICE;
-        double ms[2][AB_PAIRS], mean[2] = {0, 0}; // [folded][pair]
-        for (int i = 0; i < 2 * AB_PAIRS; i++) {
-            const int folded = !(i & 1);
-            b->kda_norm_in_scan = folded;
-            ms[folded][i / 2] = measure(name, dev, s, 1, arm, o);
-            mean[folded] += ms[folded][i / 2] / AB_PAIRS;
+    for (int v = 0; v < N_VARIANTS; v++) {
+        const variant *V = &variants[v];
+        const bool given = V->set(b, true);
+        for (int a = 0; a < 2; a++) {
+            const step_arm arm = a ? ARM_GRAPH : ARM_DEVICE;
+            double ms[2][AB_PAIRS], mean[2] = {0, 0}; // [on][pair]
+            for (int i = 0; i < 2 * AB_PAIRS; i++) {
+                const int on = !(i & 1);
+                V->set(b, on);
+                ms[on][i / 2] = measure(name, dev, s, 1, arm, o);
+                mean[on] += ms[on][i / 2] / AB_PAIRS;
+            }
+            char pairs[256] = "";
+            for (int p = 0, n = 0; p < AB_PAIRS; p++)
+                n += snprintf(pairs + n, sizeof pairs - (size_t)n, "%s%+.1f", p ? ", " : "", (ms[0][p] - ms[1][p]) * 1e3);
+            const double saved_us = (mean[0] - mean[1]) * 1e3;
+            printf("%s A/B %s decode (%s, %d pairs; %s): on %.3f ms, off %.3f ms: on saves %+.1f us (%+.2f%%; pairs %s us)\n",
+                   V->name, name, a ? "graph replays" : "stream launches", AB_PAIRS, V->what, mean[1], mean[0], saved_us,
+                   100.0 * saved_us * 1e-3 / mean[0], pairs);
+            printf("{\"bench\":\"gpu_e2e_ab\",\"config\":\"%s\",\"variant\":\"%s\",\"arm\":\"%s\",\"T\":1,\"pairs\":%d,"
+                   "\"on_ms\":%.4f,\"off_ms\":%.4f,\"saved_us\":%.2f}\n",
+                   name, V->name, arm_name[arm], AB_PAIRS, mean[1], mean[0], saved_us);
         }
-        char pairs[256] = "";
-        for (int p = 0, n = 0; p < AB_PAIRS; p++)
-            n += snprintf(pairs + n, sizeof pairs - (size_t)n, "%s%+.1f", p ? ", " : "", (ms[0][p] - ms[1][p]) * 1e3);
-        const double saved_us = (mean[0] - mean[1]) * 1e3;
-        printf("kfold A/B %s decode (%s, %d pairs): folded %.3f ms, unfolded %.3f ms: the fold saves %+.1f us (%+.2f%%; "
-               "pairs %s us)\n",
-               name, a ? "graph replays" : "stream launches", AB_PAIRS, mean[1], mean[0], saved_us, 100.0 * saved_us * 1e-3 / mean[0],
-               pairs);
-        printf("{\"bench\":\"gpu_e2e_ab\",\"config\":\"%s\",\"variant\":\"kfold\",\"arm\":\"%s\",\"T\":1,\"pairs\":%d,"
-               "\"folded_ms\":%.4f,\"unfolded_ms\":%.4f,\"saved_us\":%.2f}\n",
-               name, arm_name[arm], AB_PAIRS, mean[1], mean[0], saved_us);
+        V->set(b, false);
+        measure(name, dev, s, o->kmax + 1, ARM_DEVICE, o);
+        V->set(b, given);
     }
-    b->kda_norm_in_scan = false;
-    measure(name, dev, s, o->kmax + 1, ARM_DEVICE, o);
-    b->kda_norm_in_scan = given;
     fflush(stdout);
 }
 
@@ -550,7 +615,8 @@ static void run_config(const char *name, const bench_opts *o) {
     measure(name, &dev, &s, 1, ARM_DEVICE, o);
     measure(name, &dev, &s, max_T, ARM_DEVICE, o);
     sd_cuda_pdl(mode0);
-    ab_kfold(name, &dev, &s, o);
+    host_cost(name, &dev, &s);
+    ab_pairs(name, &dev, &s, o);
     if (o->eager) {
         measure(name, &dev, &s, 1, ARM_EAGER, o);
         measure(name, &dev, &s, max_T, ARM_EAGER, o);

@@ -8,6 +8,7 @@
 #pragma once
 #include <cuda_runtime_api.h> // cudaStream_t
 #include <stddef.h>
+#include <stdint.h>
 #include "backend.h" // sd_backend, sd_model, sd_state
 #include "moe.h"     // sd_cuda_expert
 
@@ -27,6 +28,8 @@ typedef struct sd_cuda_backend {
     bool kda_norm_in_scan;    // the KDA output norm folded into the scan's launch (kda.h): one
                               //   launch fewer a KDA layer, same bits; settable like moe_arm
                               //   (default on; bench_gpu_e2e's kfold A/B measures it against off)
+    uint64_t enqueued_ns;     // trace_now_ns() when the last forward had launched everything and
+                              //   began its drain: how far ahead of the device the host runs
     // Owned device memory.
     void *arena;              // the weights (arena_bytes, the host arena's layout)
     size_t arena_bytes;

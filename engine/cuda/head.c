@@ -13,6 +13,7 @@
 #include "linear.h"        // sd_cuda_linear
 #include "rows.h"          // sd_cuda_rmsnorm
 #include "sampling.h"      // sd_cuda_argmax, sd_cuda_softmax, sd_cuda_sample_rows
+#include "trace.h"         // trace_now_ns
 
 #define TRY(call)                      \
     do {                               \
@@ -66,6 +67,7 @@ sd_code sd_cuda_head(sd_cuda_backend *b, const sd_model *m, sd_state *s, int T, 
             }
         }
     }
+    b->enqueued_ns = trace_now_ns();
     SD_CUDA_CHECK(st, cudaStreamSynchronize(q));
     if (argmax) memcpy(argmax, b->argmax_host, sizeof(int) * (size_t)n_out);
     if (sampled) memcpy(sampled, b->sampled_host, sizeof(int) * (size_t)n_out);
