@@ -182,14 +182,14 @@ Test(cuda_graph, launch_overlap_changes_no_bits, .timeout = 300) {
     sd_model_free(&dev);
 }
 
-// The KDA output norm folded into the scan's launch (b->kda_norm_in_scan, kda.h) changes no
-// bits: toy decode steps and a verify chunk with it off and on, then a decode step replayed from
-// a graph captured with it on, give the same logits (toy's head_dim 128 takes the tiled scan).
-Test(cuda_graph, kda_norm_in_scan_changes_no_bits, .timeout = 300) {
-    need_gpu();
+// A switch of the walk or the head (cuda_backend.h; default on) changes no bit: the same prompt
+// and steps (decode, a verify, decode, a short verify) on two states, one with it off and one
+// with it on, compared after each step (the logits and the argmaxes); then a captured
+// decode step taken with it on against a stream-launched one with it off.
+static void switch_changes_no_bits(bool *(*flag)(sd_cuda_backend *), const char *what) {
     sd_model dev;
     device_model("configs/toy.json", &dev);
-    sd_cuda_backend *b = sd_cuda_backend_of(&dev);
+    bool *on = flag(sd_cuda_backend_of(&dev));
     const int V = dev.cfg.vocab_size;
     enum { T = 5 };
     static const int steps[] = {1, T, 1, 2};
@@ -197,30 +197,40 @@ Test(cuda_graph, kda_norm_in_scan_changes_no_bits, .timeout = 300) {
     int x, toks[T], aa[T], ab[T];
     two_states(&dev, &sa, &sb, N_PROMPT + 16, T, &x);
     sd_status st = {0};
+    char msg[96];
     for (int i = 0; i < 4; i++) {
         const int n = steps[i];
         random_tokens(78 + i, V, n, toks);
         sd_forward_opts o = {.argmax = aa};
-        b->kda_norm_in_scan = false;
+        *on = false;
         cr_assert_eq(sd_forward(&dev, &sa, toks, n, NULL, 0, &o, &st), SD_OK, "%s", st.msg);
-        b->kda_norm_in_scan = true;
+        *on = true;
         o.argmax = ab;
         cr_assert_eq(sd_forward(&dev, &sb, toks, n, NULL, 0, &o, &st), SD_OK, "%s", st.msg);
-        assert_same_step(&sa, &sb, n, V, aa, ab, "kda norm in scan: off vs on", i);
+        snprintf(msg, sizeof msg, "%s: off vs on", what);
+        assert_same_step(&sa, &sb, n, V, aa, ab, msg, i);
         cr_assert_eq(sd_state_commit(&sa, n, &st), SD_OK);
         cr_assert_eq(sd_state_commit(&sb, n, &st), SD_OK);
     }
     sd_cuda_graph g;
     cr_assert_eq(sd_cuda_graph_capture(&dev, &sb, 1, &g, &st), SD_OK, "%s", st.msg);
-    b->kda_norm_in_scan = false;
+    *on = false;
     sd_forward_opts o = {.argmax = aa};
     cr_assert_eq(sd_forward(&dev, &sa, &x, 1, NULL, 0, &o, &st), SD_OK, "%s", st.msg);
     cr_assert_eq(sd_cuda_graph_forward(&g, &x, ab, &st), SD_OK, "%s", st.msg);
-    assert_same_step(&sa, &sb, 1, V, aa, ab, "kda norm in scan: off vs captured on", 4);
+    snprintf(msg, sizeof msg, "%s: off vs captured on", what);
+    assert_same_step(&sa, &sb, 1, V, aa, ab, msg, 4);
     sd_cuda_graph_free(&g);
     sd_state_free(&sa);
     sd_state_free(&sb);
     sd_model_free(&dev);
+}
+
+// The KDA output norm folded into the scan's launch (kda.h).
+static bool *kda_norm_in_scan(sd_cuda_backend *b) { return &b->kda_norm_in_scan; }
+Test(cuda_graph, kda_norm_in_scan_changes_no_bits, .timeout = 300) {
+    need_gpu();
+    switch_changes_no_bits(kda_norm_in_scan, "kda norm in scan");
 }
 
 // A commit from a count in device memory (the accept kernel's n, plus the bonus position) moves
