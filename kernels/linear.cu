@@ -42,7 +42,11 @@
 // doing the same for its activation row: no change. Nor did such a block copy its x rows into
 // shared memory after its wait (one launch of one job, up to 16 KB of x: the o_projs; what the
 // MoE down gains from, moe.cu): decode 2.614-2.624 -> 2.691-2.697 ms, a graph replay 2.442-2.453
-// -> 2.530-2.543 — here the x loads overlap the dots, the staging does not.
+// -> 2.530-2.543 — here the x loads overlap the dots, the staging does not. Nor (2026-12-01, three
+// alternating pairs, bench_gpu_e2e) did a launch carry only its jobs' parameters (lin_params
+// sized for 1, 2 or 8 jobs by a template, same bits): decode 2.511 -> 2.515 ms, a graph replay
+// 2.433 -> 2.442 — a parameter byte costs a launch next to nothing (read_lab: 704 bytes +12 ns
+// a stream launch against 64).
 #define LIN_BULK_MAX (80 * 1024)
 
 typedef struct {

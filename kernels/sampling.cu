@@ -5,6 +5,14 @@
 //            the same way. Exact comparisons, so any merge order gives the CPU's answer. One
 //            block of 1024 per row took 13-15 µs on a 163840-entry row of the H200 (bench/ktrace.c):
 //            one multiprocessor's bandwidth.
+//            Not kept (2026-12-01, kimi-linear-48b-a3b, bench_gpu_e2e: three alternating pairs,
+//            stream / graph; ktrace): the head's argmax taken inside the lm_head launch, each row's
+//            (value, complemented index) 64-bit key maxed as the Linear stored it, a one-block
+//            launch reading the index out (the same answers, tested) — lm_head 177.5 µs became
+//            193.5 with every warp reading and maxing one key a token (decode +7.6 / +9.8 µs),
+//            189.1 with a block barrier and one atomic a block (+7.3 / +10.5), 195.1 with every
+//            warp's atomic spread over 64 keys a token (+13.0 / +16.0), against this launch's
+//            5.3 µs increment.
 //   softmax: the argmax block, then e_i in parallel, the sum by one thread in index order (the
 //            CPU's rounding), the scale in parallel.
 //   sample:  one thread per row, the CPU loop as written (sd_dev_sample in sampling.cuh, shared
