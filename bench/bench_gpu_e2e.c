@@ -249,11 +249,12 @@ static void timed_step(const sd_model *dev, sd_state *s, const int *toks, int T,
     OKS(sd_state_commit(s, 0, &st_));
 }
 
-// The walk's switchable variants, each the same bits on and off (default on): what bench rows
-// label with "-NAME" while it is off, and what ab_pairs times.
+// The walk's switchable variants, each the same bits on and off: what bench rows label with
+// "-NAME" (off) or "+NAME" (on) while it is not at its default, and what ab_pairs times.
 typedef struct {
     const char *name, *what;
     bool (*set)(sd_cuda_backend *b, bool on); // returns the previous setting
+    bool dflt;
 } variant;
 static bool set_kfold(sd_cuda_backend *b, bool on) {
     const bool was = b->kda_norm_in_scan;
@@ -261,17 +262,17 @@ static bool set_kfold(sd_cuda_backend *b, bool on) {
     return was;
 }
 static const variant variants[] = {
-    {"kfold", "the KDA output norm folded into the scan's launch (walk.c)", set_kfold},
+    {"kfold", "the KDA output norm folded into the scan's launch (walk.c)", set_kfold, true},
 };
 #define N_VARIANTS (int)(sizeof variants / sizeof variants[0])
 
-// "-NAME" for each variant that is off.
+// "-NAME" / "+NAME" for each variant not at its default.
 static void variant_suffix(sd_cuda_backend *b, char *out, size_t n) {
     out[0] = 0;
     for (int i = 0; i < N_VARIANTS; i++) {
-        const bool on = variants[i].set(b, true);
+        const bool on = variants[i].set(b, variants[i].dflt);
         variants[i].set(b, on);
-        if (!on) snprintf(out + strlen(out), n - strlen(out), "-%s", variants[i].name);
+        if (on != variants[i].dflt) snprintf(out + strlen(out), n - strlen(out), "%c%s", on ? '+' : '-', variants[i].name);
     }
 }
 

@@ -9,7 +9,8 @@
 // in the same warp (one x load for both); from 3 tokens up a STORE/ADD warp takes two adjacent
 // rows, so each x load feeds two rows (the x loads from L1 are what bounds a many-token tile),
 // and so does it in a launch with the norm fused, whose every block recomputes the norm first:
-// half the blocks, half the prologues (kimi-linear KDA in-projection at T = 1: 26.8 -> 23.9 us).
+// half the blocks, half the prologues (kimi-linear KDA in-projection at T = 1: 26.8 -> 23.9 us;
+// re-measured 2026-12-01 with one row a warp again: decode 2.519 -> 2.547 ms, graph 2.444 -> 2.478).
 // One or two tokens (BULK): the block's first thread bulk-copies the block's weight rows into
 // shared memory at once, before the wait for the predecessor and the fused norm, and the warps
 // dot them from there. With 4 tokens or more the sums hold the registers, so few chunks a lane

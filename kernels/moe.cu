@@ -81,7 +81,11 @@
 // the up increment 27.4 -> 49.8 µs — each of the 1024 routed up blocks spends its selection
 // before its first weight load, and the shared expert's blocks now wait for the router too.
 // Nor (2026-11-30) did a routed up block load the group count, its entries and its expert in one
-// round trip instead of two: 2.503-2.513 ms against 2.507-2.519.
+// round trip instead of two: 2.503-2.513 ms against 2.507-2.519. Nor (2026-12-01, three
+// alternating pairs each) did a one-token up block take two or three 8-row tiles one after the
+// other (64 or 43 blocks an expert instead of 128; the same dots and bits, tested): decode 2.506
+// -> 2.806 ms at two, 2.787 at three (graph 2.428 -> 2.726, 2.684) — a tile's loads start only
+// once the previous tile's dots are done.
 #include "moe.h"
 #include "linear.cuh"
 #include "linear.h"
@@ -970,7 +974,8 @@ extern "C" sd_code sd_cuda_moe_up(const sd_cuda_moe_args *a, int g_lo, int g_hi,
     // BULK from two tokens up when a block's bf16 rows fit (2 · UP_ROWS · D · 2 bytes; experts of
     // other dtypes take the register path inside it). Measured (moe_lab, Kimi dims, one run): T=1
     // 26.0 -> 27.1 µs (so one token keeps the register path), T=2 50.5 -> 46.0, T=5 114.6
-    // -> 107.0, T=9 186.5 -> 185.2.
+    // -> 107.0, T=9 186.5 -> 185.2. At one token in the walk too (2026-12-01, bench_gpu_e2e kimi
+    // decode, three alternating pairs): 2.521 -> 2.543 ms, a graph replay 2.445 -> 2.456.
     const size_t smem = 2 * UP_ROWS * (size_t)a->D * 2 + sizeof(uint64_t);
     const bool bulk = a->T >= 2 && (a->D * 2) % 16 == 0 && smem <= UP_BULK_MAX;
     void (*k)(const moe_params, int, int, int, int);

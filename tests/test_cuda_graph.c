@@ -182,14 +182,14 @@ Test(cuda_graph, launch_overlap_changes_no_bits, .timeout = 300) {
     sd_model_free(&dev);
 }
 
-// A switch of the walk or the head (cuda_backend.h; default on) changes no bit: the same prompt
+// A switch of the walk (a backend field or a process setting) changes no bit: the same prompt
 // and steps (decode, a verify, decode, a short verify) on two states, one with it off and one
 // with it on, compared after each step (the logits and the argmaxes); then a captured
 // decode step taken with it on against a stream-launched one with it off.
-static void switch_changes_no_bits(bool *(*flag)(sd_cuda_backend *), const char *what) {
+static void switch_changes_no_bits(void (*set)(sd_cuda_backend *, bool on), const char *what) {
     sd_model dev;
     device_model("configs/toy.json", &dev);
-    bool *on = flag(sd_cuda_backend_of(&dev));
+    sd_cuda_backend *b = sd_cuda_backend_of(&dev);
     const int V = dev.cfg.vocab_size;
     enum { T = 5 };
     static const int steps[] = {1, T, 1, 2};
@@ -202,9 +202,9 @@ static void switch_changes_no_bits(bool *(*flag)(sd_cuda_backend *), const char 
         const int n = steps[i];
         random_tokens(78 + i, V, n, toks);
         sd_forward_opts o = {.argmax = aa};
-        *on = false;
+        set(b, false);
         cr_assert_eq(sd_forward(&dev, &sa, toks, n, NULL, 0, &o, &st), SD_OK, "%s", st.msg);
-        *on = true;
+        set(b, true);
         o.argmax = ab;
         cr_assert_eq(sd_forward(&dev, &sb, toks, n, NULL, 0, &o, &st), SD_OK, "%s", st.msg);
         snprintf(msg, sizeof msg, "%s: off vs on", what);
@@ -214,7 +214,7 @@ static void switch_changes_no_bits(bool *(*flag)(sd_cuda_backend *), const char 
     }
     sd_cuda_graph g;
     cr_assert_eq(sd_cuda_graph_capture(&dev, &sb, 1, &g, &st), SD_OK, "%s", st.msg);
-    *on = false;
+    set(b, false);
     sd_forward_opts o = {.argmax = aa};
     cr_assert_eq(sd_forward(&dev, &sa, &x, 1, NULL, 0, &o, &st), SD_OK, "%s", st.msg);
     cr_assert_eq(sd_cuda_graph_forward(&g, &x, ab, &st), SD_OK, "%s", st.msg);
@@ -227,7 +227,7 @@ static void switch_changes_no_bits(bool *(*flag)(sd_cuda_backend *), const char 
 }
 
 // The KDA output norm folded into the scan's launch (kda.h).
-static bool *kda_norm_in_scan(sd_cuda_backend *b) { return &b->kda_norm_in_scan; }
+static void kda_norm_in_scan(sd_cuda_backend *b, bool on) { b->kda_norm_in_scan = on; }
 Test(cuda_graph, kda_norm_in_scan_changes_no_bits, .timeout = 300) {
     need_gpu();
     switch_changes_no_bits(kda_norm_in_scan, "kda norm in scan");
