@@ -9,9 +9,11 @@
 //      the decode step and the largest verify again as replays of one captured CUDA graph
 //      (cuda_graph.h, arm "graph"): the launch overhead eager mode pays; then the stream-launched
 //      steps in plain stream order (kernels/pdl.h, arm "device/off"): what the launch overlap buys;
-//      then each switchable variant of the walk off against on (ab_pairs: decode and its graph in
-//      alternating pairs; rows of an arm with a variant off are labelled "-NAME": "-kfold" the KDA
-//      output norm in a launch of its own);
+//      then what a decode step's launches cost the host alone (host_cost: enqueued behind a long
+//      memset; every stream row also says when its step's last launch was enqueued, "enqueued");
+//      then each switchable variant of the walk against its default (ab_pairs: decode and its
+//      graph in alternating pairs; rows with a variant off its default are labelled "-NAME" or
+//      "+NAME": "-kfold" the KDA output norm in a launch of its own);
 //   3. the bytes a step must move: every weight read once (embedding rows of the T tokens, every
 //      non-expert tensor, lm_head), the DISTINCT routed experts the step's tokens select (counted
 //      from the routing of the same step, per layer, through opts.on_route), the KDA state read
