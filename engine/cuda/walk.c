@@ -325,6 +325,11 @@ sd_code sd_cuda_walk(sd_cuda_backend *b, const sd_model *m, sd_state *s, const i
     // so one launch fewer there looked free; same bits, every GPU suite passed): decode
     // 2.504-2.516 -> 2.517-2.528 ms, a graph replay 2.435-2.452 -> 2.456-2.474 — each of the
     // launch's 786 blocks then waits on its own token read from pinned memory and its row.
+    // Nor is the stream-launched step's premium over a graph replay (~80 µs) the depth of its
+    // queue: the host kept at most 2 or 5 layers ahead of the device (an event a layer, the host
+    // waiting on the one 2 or 5 layers back; 2026-12-01, three alternating pairs each) gave
+    // 2.507 -> 2.502 ms and 2.504 -> 2.503 ms, within the pairs' spread — the host is not what a
+    // stream launch waits for (bench_gpu_e2e: it enqueues the whole step 0.6-0.9 ms into 2.5).
     TRY(sd_cuda_embed(&m->w.embed, tokens, T, s->scratch.x, b->stream, st));
     for (int i = 0; i < c->num_hidden_layers; i++) {
         char name[32];
