@@ -11,9 +11,9 @@
 //      steps in plain stream order (kernels/pdl.h, arm "device/off"): what the launch overlap buys;
 //      then what a decode step's launches cost the host alone (host_cost: enqueued behind a long
 //      memset; every stream row also says when its step's last launch was enqueued, "enqueued");
-//      then each switchable variant of the walk against its default (ab_pairs: decode and its
-//      graph in alternating pairs; rows with a variant off its default are labelled "-NAME" or
-//      "+NAME": "-kfold" the KDA output norm in a launch of its own);
+//      then each switchable variant of the walk off against on (ab_pairs: decode and its graph in
+//      alternating pairs; rows with a variant off are labelled "-NAME": "-kfold" the KDA output
+//      norm in a launch of its own);
 //   3. the bytes a step must move: every weight read once (embedding rows of the T tokens, every
 //      non-expert tensor, lm_head), the DISTINCT routed experts the step's tokens select (counted
 //      from the routing of the same step, per layer, through opts.on_route), the KDA state read
@@ -251,12 +251,11 @@ static void timed_step(const sd_model *dev, sd_state *s, const int *toks, int T,
     OKS(sd_state_commit(s, 0, &st_));
 }
 
-// The walk's switchable variants, each the same bits on and off: what bench rows label with
-// "-NAME" (off) or "+NAME" (on) while it is not at its default, and what ab_pairs times.
+// The walk's switchable variants, each the same bits on and off (default on): what bench rows
+// label with "-NAME" while it is off, and what ab_pairs times.
 typedef struct {
     const char *name, *what;
     bool (*set)(sd_cuda_backend *b, bool on); // returns the previous setting
-    bool dflt;
 } variant;
 static bool set_kfold(sd_cuda_backend *b, bool on) {
     const bool was = b->kda_norm_in_scan;
@@ -264,17 +263,17 @@ static bool set_kfold(sd_cuda_backend *b, bool on) {
     return was;
 }
 static const variant variants[] = {
-    {"kfold", "the KDA output norm folded into the scan's launch (walk.c)", set_kfold, true},
+    {"kfold", "the KDA output norm folded into the scan's launch (walk.c)", set_kfold},
 };
 #define N_VARIANTS (int)(sizeof variants / sizeof variants[0])
 
-// "-NAME" / "+NAME" for each variant not at its default.
+// "-NAME" for each variant that is off.
 static void variant_suffix(sd_cuda_backend *b, char *out, size_t n) {
     out[0] = 0;
     for (int i = 0; i < N_VARIANTS; i++) {
-        const bool on = variants[i].set(b, variants[i].dflt);
+        const bool on = variants[i].set(b, true);
         variants[i].set(b, on);
-        if (on != variants[i].dflt) snprintf(out + strlen(out), n - strlen(out), "%c%s", on ? '+' : '-', variants[i].name);
+        if (!on) snprintf(out + strlen(out), n - strlen(out), "-%s", variants[i].name);
     }
 }
 
@@ -331,8 +330,8 @@ static double measure(const char *config, const sd_model *dev, sd_state *s, int 
 
 // What launching a decode step costs the host alone: the step enqueued behind a device-side
 // memset of up to 8 GB (milliseconds of device work), so no launch waits for the device; the
-// median over 5 steps of the time until its last launch, against the stream-launched step's own
-// (the "enqueued" column): equal, and the host is what a step waits for.
+// median over 5 steps of the time until its last launch. Read against a stream row's "enqueued"
+// and its step time: a step whose host cost came near its device time would be waiting for the host.
 static void host_cost(const char *config, const sd_model *dev, sd_state *s) {
     sd_cuda_backend *b = sd_cuda_backend_of(dev);
     size_t free_b = 0, total_b = 0;

@@ -99,6 +99,19 @@ int main() {
         }
         return median(us);
     };
+    // The same median over replays of one graph captured from `launches`.
+    auto timed_graph = [&](auto launches) {
+        cudaGraph_t g;
+        cudaGraphExec_t ge;
+        CK(cudaStreamBeginCapture(q, cudaStreamCaptureModeThreadLocal));
+        launches();
+        CK(cudaStreamEndCapture(q, &g));
+        CK(cudaGraphInstantiate(&ge, g, 0));
+        const double us = timed([&] { CK(cudaGraphLaunch(ge, q)); });
+        CK(cudaGraphExecDestroy(ge));
+        CK(cudaGraphDestroy(g));
+        return us;
+    };
     int dev = 0, sms = 0;
     CK(cudaGetDevice(&dev));
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -131,15 +144,7 @@ int main() {
             for (int i = 0; i < k; i++) launch_read(src + (size_t)i * part, part, sink, q);
         };
         const double s = timed(chain);
-        cudaGraph_t g;
-        cudaGraphExec_t ge;
-        CK(cudaStreamBeginCapture(q, cudaStreamCaptureModeThreadLocal));
-        chain();
-        CK(cudaStreamEndCapture(q, &g));
-        CK(cudaGraphInstantiate(&ge, g, 0));
-        const double gr = timed([&] { CK(cudaGraphLaunch(ge, q)); });
-        CK(cudaGraphExecDestroy(ge));
-        CK(cudaGraphDestroy(g));
+        const double gr = timed_graph(chain);
         if (k == 1) { s1 = s; g1 = gr; }
         const double sb = k > 1 ? (s - s1) / (k - 1) : 0, gb = k > 1 ? (gr - g1) / (k - 1) : 0;
         printf("%6d %12.1f %12.1f %14.2f %14.2f\n", k, s, gr, sb, gb);
@@ -162,15 +167,7 @@ int main() {
             }
         };
         const double s = timed(chain);
-        cudaGraph_t g;
-        cudaGraphExec_t ge;
-        CK(cudaStreamBeginCapture(q, cudaStreamCaptureModeThreadLocal));
-        chain();
-        CK(cudaStreamEndCapture(q, &g));
-        CK(cudaGraphInstantiate(&ge, g, 0));
-        const double gr = timed([&] { CK(cudaGraphLaunch(ge, q)); });
-        CK(cudaGraphExecDestroy(ge));
-        CK(cudaGraphDestroy(g));
+        const double gr = timed_graph(chain);
         if (P == 64) { s64 = s; g64 = gr; }
         const double sd = 1e3 * (s - s64) / n3, gd = 1e3 * (gr - g64) / n3;
         printf("%6d %12.1f %12.1f %16.0f %16.0f\n", P, s, gr, sd, gd);

@@ -28,9 +28,8 @@
 //          Measured on the H200 (bench_gpu_e2e, kimi-linear-48b-a3b decode at ctx 512, three
 //          runs, nine A/B measurements of three alternating pairs each way): a graph replay 2-17 µs
 //          faster (mean 9.7), stream launches within the spread (mean -0.5 µs; pairs from -11.2 to
-//          +11.8). With
-//          the cluster's second barrier waited on before the stores and gb read after the first:
-//          +1.8 µs stream, -9 µs graph (one run).
+//          +11.8). With the cluster's second barrier waited on before the stores and gb read after
+//          the first: +1.8 µs stream, -9 µs graph (one run).
 // Tried and not kept (2026-11-29, kimi-linear-48b-a3b decode): the conv, the f_b/g_b Linears and
 // the scan folded into one launch per tiled-scan block (each block bulk-copying its head's f_b
 // rows and its g_b rows, then conv, gate dots, recurrence), bit for bit the three launches, but
