@@ -25,7 +25,7 @@
 //      the sum exceeds the clean step);
 //   6. at T = 1, the RMSNorm fused into a sublayer's first launch against norm kernel + launch.
 // Prints a table and one JSON line per row ("bench":"gpu_e2e").
-// usage: bench_gpu_e2e [--config NAME]... [--ctx N] [--reps N] [--kmax K] [--seed S] [--eager] [--profile]
+// usage: bench_gpu_e2e [--config NAME]... [--ctx N] [--reps N] [--kmax K] [--seed S] [--ab-pairs N] [--eager] [--profile]
 //        (NAME: a file in configs/ without .json; default toy and kimi-linear-48b-a3b). --profile:
 //        after the prefill, only one decode step, one verify pass, one decode step replayed
 //        from a captured graph and one decode step with the KDA output norm in its own launch
@@ -196,7 +196,7 @@ static double layer_bytes(const sd_model *m, int layer, bool ffn, int distinct) 
 
 // ---------------------------------------------------------------------------- one config
 typedef struct {
-    int ctx, reps, kmax, eager, profile;
+    int ctx, reps, kmax, eager, profile, ab_pairs;
     uint64_t seed;
     double bw;
     char device[256];
@@ -251,19 +251,38 @@ static void timed_step(const sd_model *dev, sd_state *s, const int *toks, int T,
     OKS(sd_state_commit(s, 0, &st_));
 }
 
-// The walk's switchable variants, each the same bits on and off (default on): what bench rows
-// label with "-NAME" while it is off, and what ab_pairs times.
+// The walk's switchable variants, each the same bits on and off: what bench rows label with
+// "-NAME" while one on by default is off ("+NAME": off by default, on), and what ab_pairs times.
 typedef struct {
     const char *name, *what;
     bool (*set)(sd_cuda_backend *b, bool on); // returns the previous setting
+    bool def;                                 // the engine's default
 } variant;
 static bool set_kfold(sd_cuda_backend *b, bool on) {
     const bool was = b->kda_norm_in_scan;
     b->kda_norm_in_scan = on;
     return was;
 }
+static bool set_cfold(sd_cuda_backend *b, bool on) {
+    const bool was = b->cursor_in_embed;
+    b->cursor_in_embed = on;
+    return was;
+}
+static bool set_hfold(sd_cuda_backend *b, bool on) {
+    const bool was = b->head_norm_fused;
+    b->head_norm_fused = on;
+    return was;
+}
+static bool set_afold(sd_cuda_backend *b, bool on) {
+    const bool was = b->advance_in_head;
+    b->advance_in_head = on;
+    return was;
+}
 static const variant variants[] = {
-    {"kfold", "the KDA output norm folded into the scan's launch (walk.c)", set_kfold},
+    {"kfold", "the KDA output norm folded into the scan's launch (walk.c)", set_kfold, true},
+    {"cfold", "a commit's cursor write in the next embedding launch (device.c)", set_cfold, true},
+    {"hfold", "the final norm in the lm_head launch (head.c)", set_hfold, true},
+    {"afold", "the walk's cursor advance in the lm_head launch (head.c)", set_afold, true},
 };
 #define N_VARIANTS (int)(sizeof variants / sizeof variants[0])
 
@@ -273,7 +292,7 @@ static void variant_suffix(sd_cuda_backend *b, char *out, size_t n) {
     for (int i = 0; i < N_VARIANTS; i++) {
         const bool on = variants[i].set(b, true);
         variants[i].set(b, on);
-        if (!on) snprintf(out + strlen(out), n - strlen(out), "-%s", variants[i].name);
+        if (on != variants[i].def) snprintf(out + strlen(out), n - strlen(out), "%c%s", on ? '+' : '-', variants[i].name);
     }
 }
 
@@ -516,10 +535,10 @@ static void norm_fusion(const char *config, const sd_model *dev, sd_state *s, in
     fflush(stdout);
 }
 
-// Each variant on against off, in AB_PAIRS alternating pairs so drift falls on both: the
-// stream-launched decode step and its graph replay; then the largest verify off once. One
-// verdict line (and its JSON) per decode arm: what the variant saves.
-#define AB_PAIRS 3
+// Each variant on against off, in alternating pairs (--ab-pairs, default 3) so drift falls on
+// both: the stream-launched decode step and its graph replay; then the largest verify off once.
+// One verdict line (and its JSON) per decode arm: what the variant saves.
+#define AB_PAIRS_MAX 16
 static void ab_pairs(const char *name, const sd_model *dev, sd_state *s, const bench_opts *o) {
     sd_cuda_backend *b = sd_cuda_backend_of(dev);
     for (int v = 0; v < N_VARIANTS; v++) {
@@ -527,23 +546,24 @@ static void ab_pairs(const char *name, const sd_model *dev, sd_state *s, const b
         const bool given = V->set(b, true);
         for (int a = 0; a < 2; a++) {
             const step_arm arm = a ? ARM_GRAPH : ARM_DEVICE;
-            double ms[2][AB_PAIRS], mean[2] = {0, 0}; // [on][pair]
-            for (int i = 0; i < 2 * AB_PAIRS; i++) {
+            const int np = o->ab_pairs;
+            double ms[2][AB_PAIRS_MAX], mean[2] = {0, 0}; // [on][pair]
+            for (int i = 0; i < 2 * np; i++) {
                 const int on = !(i & 1);
                 V->set(b, on);
                 ms[on][i / 2] = measure(name, dev, s, 1, arm, o);
-                mean[on] += ms[on][i / 2] / AB_PAIRS;
+                mean[on] += ms[on][i / 2] / np;
             }
-            char pairs[256] = "";
-            for (int p = 0, n = 0; p < AB_PAIRS; p++)
+            char pairs[512] = "";
+            for (int p = 0, n = 0; p < np; p++)
                 n += snprintf(pairs + n, sizeof pairs - (size_t)n, "%s%+.1f", p ? ", " : "", (ms[0][p] - ms[1][p]) * 1e3);
             const double saved_us = (mean[0] - mean[1]) * 1e3;
             printf("%s A/B %s decode (%s, %d pairs; %s): on %.3f ms, off %.3f ms: on saves %+.1f us (%+.2f%%; pairs %s us)\n",
-                   V->name, name, a ? "graph replays" : "stream launches", AB_PAIRS, V->what, mean[1], mean[0], saved_us,
+                   V->name, name, a ? "graph replays" : "stream launches", np, V->what, mean[1], mean[0], saved_us,
                    100.0 * saved_us * 1e-3 / mean[0], pairs);
             printf("{\"bench\":\"gpu_e2e_ab\",\"config\":\"%s\",\"variant\":\"%s\",\"arm\":\"%s\",\"T\":1,\"pairs\":%d,"
                    "\"on_ms\":%.4f,\"off_ms\":%.4f,\"saved_us\":%.2f}\n",
-                   name, V->name, arm_name[arm], AB_PAIRS, mean[1], mean[0], saved_us);
+                   name, V->name, arm_name[arm], np, mean[1], mean[0], saved_us);
         }
         V->set(b, false);
         measure(name, dev, s, o->kmax + 1, ARM_DEVICE, o);
@@ -632,7 +652,7 @@ static void run_config(const char *name, const bench_opts *o) {
 }
 
 int main(int argc, char **argv) {
-    bench_opts o = {.ctx = 512, .reps = 30, .kmax = 8, .seed = 1};
+    bench_opts o = {.ctx = 512, .reps = 30, .kmax = 8, .seed = 1, .ab_pairs = 3};
     const char *configs[16];
     int n_cfg = 0;
     for (int i = 1; i < argc; i++) {
@@ -641,15 +661,17 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) o.reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--kmax") && i + 1 < argc) o.kmax = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) o.seed = strtoull(argv[++i], NULL, 0);
+        else if (!strcmp(argv[i], "--ab-pairs") && i + 1 < argc) o.ab_pairs = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--eager")) o.eager = 1;
         else if (!strcmp(argv[i], "--profile")) o.profile = 1;
         else {
-            fprintf(stderr, "usage: bench_gpu_e2e [--config NAME]... [--ctx N] [--reps N] [--kmax K] [--seed S] [--eager] [--profile]\n");
+            fprintf(stderr, "usage: bench_gpu_e2e [--config NAME]... [--ctx N] [--reps N] [--kmax K] [--seed S] [--ab-pairs N] "
+                            "[--eager] [--profile]\n");
             return 2;
         }
     }
-    if (o.reps < 1 || o.kmax < 0 || o.kmax > 31 || o.ctx < 0) {
-        fprintf(stderr, "bench_gpu_e2e: need --reps >= 1, 0 <= --kmax <= 31, --ctx >= 0\n");
+    if (o.reps < 1 || o.kmax < 0 || o.kmax > 31 || o.ctx < 0 || o.ab_pairs < 1 || o.ab_pairs > AB_PAIRS_MAX) {
+        fprintf(stderr, "bench_gpu_e2e: need --reps >= 1, 0 <= --kmax <= 31, --ctx >= 0, 1 <= --ab-pairs <= %d\n", AB_PAIRS_MAX);
         return 2;
     }
     if (!n_cfg) {

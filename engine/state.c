@@ -62,7 +62,7 @@ static void layout(sd_state *s, bump *b) {
 // The cursor follows len and pending (state.h).
 static void sync_cursor(sd_state *s) {
     if (s->mem) {
-        s->mem->set_cursor(s->cursor, s->len, s->pending, s->mem->ctx);
+        s->cursor_stale = s->mem->set_cursor(s->cursor, s->len, s->pending, s->mem->ctx);
     } else {
         s->cursor[0] = s->len;
         s->cursor[1] = s->pending;

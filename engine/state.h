@@ -68,8 +68,9 @@ typedef struct sd_allocator {
     void *(*alloc)(size_t bytes, void *ctx); // NULL on failure
     void (*free)(void *p, void *ctx);
     void (*zero)(void *p, size_t bytes, void *ctx);
-    // cursor = {len, pending} in this memory, ordered before any later work on the state.
-    void (*set_cursor)(int *cursor, int len, int pending, void *ctx);
+    // cursor = {len, pending} in this memory, ordered before any later work on the state; or
+    // held (returns true): the state's cursor is stale until the backend's next forward writes it.
+    bool (*set_cursor)(int *cursor, int len, int pending, void *ctx);
     void *ctx;
 } sd_allocator;
 
@@ -81,6 +82,7 @@ typedef struct sd_state {
     int len;      // committed positions
     int pending;  // positions computed since the last commit (len .. len+pending-1)
     int *cursor;  // {len, pending} in the state's memory (what device kernels read)
+    bool cursor_stale; // cursor lags len/pending: the allocator held the write (set_cursor)
     sd_kda_state *kda; // per layer (NULL arrays for MLA layers)
     sd_mla_state *mla; // per layer (NULL arrays for KDA layers)
     sd_scratch scratch;

@@ -22,6 +22,7 @@
 #include "linear.cuh"
 #include "rows.cuh" // sd_block_rmsnorm, SD_NORM_THREADS
 #include "rows.h"  // sd_cuda_rmsnorm
+#include "cursor.h" // sd_cuda_cursor_advance
 #include <string.h>
 
 #define LIN_MAXJOB 8
@@ -36,7 +37,13 @@
 // for 3..8 tokens too made verify slower (T=3 6.00 -> 6.31 ms, T=5 8.91 -> 9.23). BULK at one
 // row a warp up to 160 KB a block for rows too wide for this (kimi-linear's dense down, 9216
 // columns: one 147 KB block a multiprocessor) made that launch slower: increment 23.4 -> 33.7 µs
-// (bench/ktrace.c) — one block a multiprocessor cannot overlap a block's dots with the next copy.
+// (bench/ktrace.c) — one block a multiprocessor cannot overlap a block's dots with the next copy;
+// nor did blocks of 4 such rows (74 KB, the block's other warps idle after the fused norm; 576
+// blocks, three a multiprocessor): decode 2.490 -> 2.495 ms, a graph replay 2.418 -> 2.423 (five
+// alternating pairs each, 2026-12-01; same bits, every GPU suite passed). Nor three rows a warp
+// in the launches with the norm fused (24 rows, 110 KB a block at 2304 columns, two blocks a
+// multiprocessor; the cap raised to 112 KB): decode 2.510 -> 2.731 ms, a graph replay 2.434 ->
+// 2.646 (five pairs).
 // Nor (2026-11-30) did a BULK block without the fused norm ask L1 for every line of its x rows
 // right after its wait (prefetch.global.L1, so the warps' rounds of chunks would wait on one
 // latency): o_proj's increment 6.59 -> 7.08 µs, lm_head's 178.8 -> 185.9 (ktrace); the MoE down
@@ -71,6 +78,8 @@ typedef struct {
     float neps;
     int nn;
     int wt_off, bar_off; // BULK: shared-memory offsets of the weight rows and of their barrier
+    int *adv;            // a forward's cursor advance riding in the launch (adv[1] += adv_T), or NULL
+    int adv_T;
 } lin_params;
 
 #define LIN_NORM_SMEM (32 * 1024)
@@ -163,6 +172,7 @@ linear_kernel(const __grid_constant__ lin_params p) {
         if (glu) sd_prefetch_l2((const char *)s.w2 + (size_t)first * pitch2, (size_t)n * pitch2);
     }
     sd_pdl_wait_trigger(); // pdl.h: the successor starts once this launch's predecessor is complete
+    if (p.adv && blockIdx.x == 0 && threadIdx.x == 0) p.adv[1] += p.adv_T; // after every earlier reader
     if (p.nn) lin_norm(p, a_sh);
     else if (BULK) __syncthreads(); // the barrier is initialised before any thread waits on it
     const sd_lin_rows xs = {s.x_norm ? a_sh : s.x, s.x_norm ? (size_t)p.nn : (size_t)s.ldx};
@@ -236,10 +246,12 @@ static int bulk_rpw(const sd_lin_job *j, int rpw, bool x_norm) {
 }
 
 // One launch over jobs[0..n) (n <= LIN_MAXJOB) for tokens t0 .. t0+T-1 (norm: fused, or NULL).
-static sd_code launch(const sd_lin_job *jobs, int n, int t0, int T, const sd_lin_norm *norm, cudaStream_t stream,
-                      sd_status *st) {
+static sd_code launch(const sd_lin_job *jobs, int n, int t0, int T, const sd_lin_norm *norm, int *adv, int adv_T,
+                      cudaStream_t stream, sd_status *st) {
     lin_params p;
     memset(&p, 0, sizeof p);
+    p.adv = adv;
+    p.adv_T = adv_T;
     if (norm) {
         p.nx = norm->x;
         p.nw = norm->w;
@@ -320,29 +332,35 @@ extern "C" sd_code sd_cuda_linear_multi(const sd_lin_job *jobs, int n_jobs, int 
     for (int t0 = 0; t0 < T; t0 += LIN_TILE) {
         const int n = T - t0 < LIN_TILE ? T - t0 : LIN_TILE;
         for (int j0 = 0; j0 < n_jobs; j0 += LIN_MAXJOB) {
-            rc = launch(jobs + j0, n_jobs - j0 < LIN_MAXJOB ? n_jobs - j0 : LIN_MAXJOB, t0, n, NULL, stream, st);
+            rc = launch(jobs + j0, n_jobs - j0 < LIN_MAXJOB ? n_jobs - j0 : LIN_MAXJOB, t0, n, NULL, NULL, 0, stream, st);
             if (rc) return rc;
         }
     }
     return SD_OK;
 }
 
-extern "C" sd_code sd_cuda_linear_multi_norm(const sd_lin_job *jobs, int n_jobs, int T, const sd_lin_norm *norm,
-                                             cudaStream_t stream, sd_status *st) {
+extern "C" sd_code sd_cuda_linear_multi_norm_advance(const sd_lin_job *jobs, int n_jobs, int T, const sd_lin_norm *norm,
+                                                     int *cursor, int adv_T, cudaStream_t stream, sd_status *st) {
     SD_NVTX("sd_cuda_linear_multi_norm");
     sd_code rc = check_jobs(jobs, n_jobs, st);
     if (rc || T < 1) return rc;
     const bool fuse = T <= 2 && n_jobs <= LIN_MAXJOB && norm->n % 4 == 0 && norm->n > 0 &&
                       sizeof(float) * (size_t)T * norm->n <= LIN_NORM_SMEM;
     if (!fuse) {
-        rc = sd_cuda_rmsnorm(norm->x, norm->w, T, norm->n, norm->eps, norm->out, stream, st);
+        if (cursor) rc = sd_cuda_cursor_advance(cursor, adv_T, stream, st);
+        if (!rc) rc = sd_cuda_rmsnorm(norm->x, norm->w, T, norm->n, norm->eps, norm->out, stream, st);
         return rc ? rc : sd_cuda_linear_multi(jobs, n_jobs, T, stream, st);
     }
     for (int i = 0; i < n_jobs; i++)
         if (jobs[i].x == norm->out && jobs[i].ldx != norm->n)
             return sd_fail(st, SD_ERR_USAGE, "cuda linear: a job reads the norm's output with row stride %d != %d", jobs[i].ldx,
                            norm->n);
-    return launch(jobs, n_jobs, 0, T, norm, stream, st);
+    return launch(jobs, n_jobs, 0, T, norm, cursor, adv_T, stream, st);
+}
+
+extern "C" sd_code sd_cuda_linear_multi_norm(const sd_lin_job *jobs, int n_jobs, int T, const sd_lin_norm *norm,
+                                             cudaStream_t stream, sd_status *st) {
+    return sd_cuda_linear_multi_norm_advance(jobs, n_jobs, T, norm, NULL, 0, stream, st);
 }
 
 extern "C" sd_code sd_cuda_linear(const sd_mat *w, const float *x, int T, float *y, cudaStream_t stream, sd_status *st) {

@@ -149,7 +149,8 @@ __device__ __forceinline__ bool sd_lin_fast_w(const void *w, int cols) {
 // and the step got slower); from 4 tokens up the Linear kernel also bulk-prefetches into L2. Nor
 // (2026-11-30) did 8 or 6 help the one register-path launch of a kimi decode, the dense FFN's
 // down (288 blocks of 9216-column rows): 2.508-2.517 ms at 8 and 2 blocks a multiprocessor,
-// 2.515-2.525 at 8 and 3, 2.510-2.534 at 6 and 3, against 2.510-2.530.
+// 2.515-2.525 at 8 and 3, 2.510-2.534 at 6 and 3, against 2.510-2.530; re-measured 2026-12-01
+// (8 at 2, five alternating pairs): decode 2.510 -> 2.519 ms, a graph replay 2.434 -> 2.444.
 template <int TMAX> struct sd_lin_unroll {
     static constexpr int one = TMAX <= 8 ? 4 : 2;
     static constexpr int two = TMAX <= 8 ? 2 : 1;

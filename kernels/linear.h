@@ -54,6 +54,11 @@ typedef struct {
 // job may write norm->x.
 sd_code sd_cuda_linear_multi_norm(const sd_lin_job *jobs, int n_jobs, int T, const sd_lin_norm *norm,
                                   cudaStream_t stream, sd_status *st);
+// The same, and a forward's cursor advance (cursor[1] += adv_T, kernels/cursor.h) by the launch's
+// block 0 after its wait for the predecessor — the layer walk's last launch folded into the
+// head's first. When the norm cannot be fused the advance is a launch of its own, first.
+sd_code sd_cuda_linear_multi_norm_advance(const sd_lin_job *jobs, int n_jobs, int T, const sd_lin_norm *norm, int *cursor,
+                                          int adv_T, cudaStream_t stream, sd_status *st);
 
 #ifdef __cplusplus
 }

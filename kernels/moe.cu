@@ -27,6 +27,11 @@
 //            8.83 ms, against a block per 8 rows of every unit with L2 prefetches issued after the
 //            wait. With the readiness counters (moe.h) a down block waits for its own expert's up
 //            blocks, not for the whole up launch.
+// Tried and not kept (2026-12-01): the up launch's routed blocks loading the group's count,
+// bounds and expert in one round after their wait (then the table entry, then the weights: two
+// latencies before the first weight load instead of five) and taking row 0 as the input at one
+// token: the up increment 32.35 -> 32.06 µs (bench/ktrace.c), the step unchanged (2.485-2.495 ms)
+// — the routed blocks' starts are not what bounds the launch.
 // Tried and not kept (2026-11-29, kimi-linear-48b-a3b decode): the up launch's first-wave routed
 // blocks guessing their expert from the router logits while the selection runs (select_rank's
 // keys, the g-th smallest chosen id) to bulk-prefetch their rows into L2 before their wait: up

@@ -11,6 +11,11 @@ extern "C" {
 // x[t] = embed[tokens[t]] widened to f32 (exact); x (T, cols) in device memory, tokens (T) in
 // device memory or in pinned, device-mapped host memory (the forward's: engine/cuda/cuda_backend.h).
 sd_code sd_cuda_embed(const sd_mat *embed, const int *tokens, int T, float *x, cudaStream_t stream, sd_status *st);
+// The same, and cursor = {len, pending} (a device state's, kernels/cursor.h) written by the
+// launch after its wait for the predecessor, before the launch completes. cursor NULL: none.
+// Kernels launched after it must read the cursor only once this launch is complete.
+sd_code sd_cuda_embed_cursor(const sd_mat *embed, const int *tokens, int T, float *x, int *cursor, int len, int pending,
+                             cudaStream_t stream, sd_status *st);
 
 // out[r] = x[r] / sqrt(sum(x[r]²)/n + eps) ⊙ w for rows r < rows (row stride n); out may alias x.
 // One block of 256 threads per row; sum order fixed by n (sd_block_sum).

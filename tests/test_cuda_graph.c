@@ -233,6 +233,27 @@ Test(cuda_graph, kda_norm_in_scan_changes_no_bits, .timeout = 300) {
     switch_changes_no_bits(kda_norm_in_scan, "kda norm in scan");
 }
 
+// A host commit's cursor write held for the next forward's embedding launch (device.c).
+static void cursor_in_embed(sd_cuda_backend *b, bool on) { b->cursor_in_embed = on; }
+Test(cuda_graph, cursor_in_embed_changes_no_bits, .timeout = 300) {
+    need_gpu();
+    switch_changes_no_bits(cursor_in_embed, "cursor in embed");
+}
+
+// The final RMSNorm fused into the lm_head launch (head.c).
+static void head_norm_fused(sd_cuda_backend *b, bool on) { b->head_norm_fused = on; }
+Test(cuda_graph, head_norm_fused_changes_no_bits, .timeout = 300) {
+    need_gpu();
+    switch_changes_no_bits(head_norm_fused, "head norm fused");
+}
+
+// The walk's cursor advance in the head's first launch (head.c).
+static void advance_in_head(sd_cuda_backend *b, bool on) { b->advance_in_head = on; }
+Test(cuda_graph, advance_in_head_changes_no_bits, .timeout = 300) {
+    need_gpu();
+    switch_changes_no_bits(advance_in_head, "advance in head");
+}
+
 // A commit from a count in device memory (the accept kernel's n, plus the bonus position) moves
 // the cursor exactly as the host's commit does, and the next forward sees the same state.
 Test(cuda_graph, device_commit_equals_host_commit, .timeout = 300) {
@@ -254,7 +275,12 @@ Test(cuda_graph, device_commit_equals_host_commit, .timeout = 300) {
     cr_assert_eq(cudaMalloc((void **)&n_dev, sizeof(int)), cudaSuccess);
     cr_assert_eq(cudaMemcpy(n_dev, &n_accepted, sizeof(int), cudaMemcpyHostToDevice), cudaSuccess);
     cr_assert_eq(sd_state_commit(&sh, n_accepted + 1, &st), SD_OK);
-    cudaStream_t q = sd_cuda_backend_of(&dev)->stream;
+    sd_cuda_backend *b = sd_cuda_backend_of(&dev);
+    cr_assert(sh.cursor_stale == b->cursor_in_embed, "a host commit's write is held while cursor_in_embed");
+    cr_assert_eq(sd_cuda_cursor_sync(b, &sh, &st), SD_OK, "%s", st.msg); // both cursors are read below
+    cr_assert_eq(sd_cuda_cursor_sync(b, &sd, &st), SD_OK, "%s", st.msg);
+    cr_assert(!sh.cursor_stale && !sd.cursor_stale, "synced cursors are not stale");
+    cudaStream_t q = b->stream;
     cr_assert_eq(sd_cuda_cursor_commit(sd.cursor, n_dev, 1, q, &st), SD_OK, "%s", st.msg);
     int ch[2], cd[2];
     cr_assert_eq(cudaStreamSynchronize(q), cudaSuccess);

@@ -135,6 +135,8 @@ typedef struct { int rows, cols, T; sd_dtype dt; } linear_case;
 static const linear_case LINEAR_CASES[] = {
     {64, 32, 1, SD_DT_F32},    {37, 40, 5, SD_DT_BF16},  {300, 2304, 8, SD_DT_BF16}, {129, 515, 33, SD_DT_F32},
     {16, 7, 3, SD_DT_F32},     {33, 36, 17, SD_DT_BF16}, {8, 1024, 32, SD_DT_BF16},  {1000, 64, 2, SD_DT_F32},
+    // rows too wide for a BULK block of 8 (the register path at one and two tokens)
+    {37, 9216, 3, SD_DT_BF16}, {21, 12288, 2, SD_DT_BF16}, {19, 6144, 2, SD_DT_F32},
 };
 
 Test(cuda_ops, linear) {

@@ -28,6 +28,16 @@ typedef struct sd_cuda_backend {
     bool kda_norm_in_scan;    // the KDA output norm folded into the scan's launch (kda.h): one
                               //   launch fewer a KDA layer, same bits; settable like moe_arm
                               //   (default on; bench_gpu_e2e's kfold A/B measures it against off)
+    bool head_norm_fused;     // the final RMSNorm in the lm_head launch (head.c) instead of a
+                              //   launch of its own; same bits, settable like moe_arm (default on;
+                              //   bench_gpu_e2e's hfold A/B measures it)
+    bool advance_in_head;     // the walk's cursor advance in the head's first launch (head.c)
+                              //   instead of a launch of its own; settable like moe_arm (default
+                              //   on; bench_gpu_e2e's afold A/B measures it)
+    bool cursor_in_embed;     // a host commit's cursor write (sd_state_commit, _reset) is held by
+                              //   the state (cursor_stale) and made by the next forward's embedding
+                              //   launch instead of a launch of its own (device.c); settable like
+                              //   moe_arm (default on; bench_gpu_e2e's cfold A/B measures it)
     uint64_t enqueued_ns;     // trace_now_ns() when the last forward had launched everything and
                               //   began its drain: how far ahead of the device the host runs
     // Owned device memory.
@@ -65,6 +75,12 @@ sd_code sd_cuda_model_upload(const sd_model *host, sd_model *dev, sd_status *st)
 
 // The backend of a device model; NULL when m is not a CUDA model.
 sd_cuda_backend *sd_cuda_backend_of(const sd_model *m);
+
+// Writes a state's held cursor (s->cursor_stale: cursor_in_embed) with a launch on the model's
+// stream: before work that reads or writes the device cursor outside sd_forward — a graph capture
+// or replay, a device commit, a copy of the cursor to the host. Graphs and the sublayer entries
+// (cuda_layers.h) call it themselves.
+sd_code sd_cuda_cursor_sync(sd_cuda_backend *b, sd_state *s, sd_status *st);
 
 // A state for a device model (sd_state_init_on with the model's allocator).
 sd_code sd_cuda_state_init(sd_state *s, const sd_model *dev, int capacity, int max_T, sd_status *st);

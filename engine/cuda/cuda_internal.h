@@ -20,17 +20,28 @@ sd_code sd_cuda_forward(const sd_model *m, sd_state *s, const int *tokens, int T
 // The caller starts it on a settled stream — every earlier launch complete (sd_cuda_forward
 // drains first; a graph launch follows its stream's work): its kernels read the state the
 // earlier forwards left (the cursor, KDA slot n0, conv rows) before their predecessor-wait (kda.h).
+// A stale cursor (s->cursor_stale: a held commit) is written by the embedding launch; the
+// kernels that read it before their wait come after a layer's first launch, a Linear, which lets
+// its successor start only after its own wait — by then the embedding launch is complete.
+// advance false: the walk leaves the cursor advance to the caller's next launch (the head's:
+// sd_cuda_head_logits with adv_T = T), one launch fewer a step.
 sd_code sd_cuda_walk(sd_cuda_backend *b, const sd_model *m, sd_state *s, const int *tokens, int T,
-                     const sd_forward_opts *opts, sd_status *st);
+                     const sd_forward_opts *opts, bool advance, sd_status *st);
 // The end of sd_cuda_forward (head.c): rmsnorm + lm_head of the output rows (T, or row T-1 with
 // last_only) into the state's logits scratch, then what logits and opts ask for (logits,
 // argmax, softmax into opts->probs, draws), then the forward's one drain of b->stream: every
 // host result is valid on return. Without logits or a request of opts it only drains.
 // The head's launches alone: rmsnorm + lm_head of rows first .. first+n_out-1 into the state's
-// logits scratch, on b->stream, no host sync (sd_cuda_head, and the graph of graph.c).
-sd_code sd_cuda_head_logits(sd_cuda_backend *b, const sd_model *m, sd_state *s, int first, int n_out, sd_status *st);
+// logits scratch, on b->stream, no host sync (sd_cuda_head, and the graph of graph.c). adv_T > 0:
+// with the walk's cursor advance by adv_T (in the lm_head launch when its norm is fused, else a
+// launch of its own first). sd_cuda_head's advance: the walk left it (adv_T = T); only when
+// sd_cuda_head_launches.
+sd_code sd_cuda_head_logits(sd_cuda_backend *b, const sd_model *m, sd_state *s, int first, int n_out, int adv_T,
+                            sd_status *st);
 sd_code sd_cuda_head(sd_cuda_backend *b, const sd_model *m, sd_state *s, int T, float *logits, int last_only,
-                     const sd_forward_opts *opts, sd_status *st);
+                     const sd_forward_opts *opts, bool advance, sd_status *st);
+// Does sd_cuda_head launch anything (logits, an argmax, softmax rows or draws asked for)?
+bool sd_cuda_head_launches(const float *logits, const sd_forward_opts *opts);
 // Is p an allocation in b's device memory? Else a usage error naming `what` (head.c).
 sd_code sd_cuda_check_device_ptr(const sd_cuda_backend *b, const void *p, const char *what, sd_status *st);
 // sd_backend.accept (accept_device.c).

@@ -48,13 +48,24 @@ static void dev_zero(void *p, size_t bytes, void *ctx) {
     cudaStreamSynchronize(b->stream);
 }
 
-// A launch on the model's stream: ordered before the next forward's kernels read the cursor.
-static void dev_set_cursor(int *cursor, int len, int pending, void *ctx) {
+// Ordered before the next forward's kernels read the cursor: held (cursor_in_embed) for that
+// forward's embedding launch to write — one launch fewer at each step boundary, where the device
+// waits for the host — or a launch on the model's stream.
+static bool dev_set_cursor(int *cursor, int len, int pending, void *ctx) {
     const sd_cuda_backend *b = ctx;
-    cudaSetDevice(b->device);
+    if (b->cursor_in_embed) return true;
     sd_status st = {0};
-    if (sd_cuda_cursor_set(cursor, len, pending, b->stream, &st) != SD_OK)
-        fprintf(stderr, "specdec: cuda state cursor: %s\n", st.msg); // the next forward's launch check reports it too
+    if (cudaSetDevice(b->device) != cudaSuccess || sd_cuda_cursor_set(cursor, len, pending, b->stream, &st) != SD_OK)
+        fprintf(stderr, "specdec: cuda state cursor: %s\n", st.msg[0] ? st.msg : "cudaSetDevice failed"); // the next forward's launch check reports it too
+    return false;
+}
+
+sd_code sd_cuda_cursor_sync(sd_cuda_backend *b, sd_state *s, sd_status *st) {
+    if (!s->cursor_stale) return SD_OK;
+    SD_CUDA_CHECK(st, cudaSetDevice(b->device));
+    sd_code rc = sd_cuda_cursor_set(s->cursor, s->len, s->pending, b->stream, st);
+    if (!rc) s->cursor_stale = false;
+    return rc;
 }
 
 void sd_cuda_init_allocator(sd_cuda_backend *b) {

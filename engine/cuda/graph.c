@@ -10,8 +10,9 @@
 
 // The graph's body on b->stream (in capture mode).
 static sd_code enqueue(sd_cuda_backend *b, const sd_model *m, sd_state *s, const sd_cuda_graph *g, sd_status *st) {
-    sd_code rc = sd_cuda_walk(b, m, s, g->tokens_host, g->T, NULL, st);
-    if (!rc) rc = sd_cuda_head_logits(b, m, s, 0, g->T, st);
+    const bool in_head = b->advance_in_head; // the cursor advance (walk.c)
+    sd_code rc = sd_cuda_walk(b, m, s, g->tokens_host, g->T, NULL, !in_head, st);
+    if (!rc) rc = sd_cuda_head_logits(b, m, s, 0, g->T, in_head ? g->T : 0, st);
     if (!rc) rc = sd_cuda_argmax(s->scratch.logits, g->T, m->cfg.vocab_size, g->argmax_host, s->scratch.argmax_ws, b->stream, st);
     return rc;
 }
@@ -28,7 +29,7 @@ sd_code sd_cuda_graph_capture(const sd_model *m, sd_state *s, int T, sd_cuda_gra
         return sd_fail(st, SD_ERR_USAGE, "cuda graph: T = %d outside 1..%d (the state's max_T)", T, s->max_T);
     *g = (sd_cuda_graph){.model = m, .state = s, .T = T};
     SD_CUDA_CHECK(st, cudaSetDevice(b->device));
-    sd_code rc = SD_OK;
+    sd_code rc = sd_cuda_cursor_sync(b, s, st); // not captured: the graph's embedding writes no cursor
     if (cudaMallocHost((void **)&g->tokens_host, sizeof(int) * (size_t)T) != cudaSuccess ||
         cudaMallocHost((void **)&g->argmax_host, sizeof(int) * (size_t)T) != cudaSuccess)
         rc = sd_fail(st, SD_ERR_SYS, "cuda graph: cannot allocate the token buffers: %s", cudaGetErrorString(cudaGetLastError()));
@@ -68,8 +69,10 @@ sd_code sd_cuda_graph_forward(sd_cuda_graph *g, const int *tokens, int *argmax, 
     const int T = g->T;
     sd_code rc = sd_forward_check(g->model, s, tokens, T, st);
     if (rc) return rc;
-    const sd_cuda_backend *b = sd_cuda_backend_of(g->model);
+    sd_cuda_backend *b = sd_cuda_backend_of(g->model);
     SD_CUDA_CHECK(st, cudaSetDevice(b->device));
+    rc = sd_cuda_cursor_sync(b, s, st); // a held commit: the graph reads the cursor
+    if (rc) return rc;
     memcpy(g->tokens_host, tokens, sizeof(int) * (size_t)T); // the previous replay drained; the embedding reads them here
     SD_CUDA_CHECK(st, cudaGraphLaunch((cudaGraphExec_t)g->exec, b->stream));
     SD_CUDA_CHECK(st, cudaStreamSynchronize(b->stream)); // its argmax kernel wrote argmax_host

@@ -10,7 +10,8 @@
 #include <string.h>
 #include "check.h"         // SD_CUDA_CHECK
 #include "cuda_internal.h" // sd_cuda_head
-#include "linear.h"        // sd_cuda_linear
+#include "linear.h"        // sd_cuda_linear, sd_cuda_linear_multi_norm
+#include "cursor.h"        // sd_cuda_cursor_advance
 #include "rows.h"          // sd_cuda_rmsnorm
 #include "sampling.h"      // sd_cuda_argmax, sd_cuda_softmax, sd_cuda_sample_rows
 #include "trace.h"         // trace_now_ns
@@ -33,16 +34,30 @@ static sd_code ensure_sample_buffers(sd_cuda_backend *b, int n, sd_status *st) {
     return SD_OK;
 }
 
-sd_code sd_cuda_head_logits(sd_cuda_backend *b, const sd_model *m, sd_state *s, int first, int n_out, sd_status *st) {
+sd_code sd_cuda_head_logits(sd_cuda_backend *b, const sd_model *m, sd_state *s, int first, int n_out, int adv_T,
+                            sd_status *st) {
     const sd_config *c = &m->cfg;
     const int D = c->hidden_size;
     sd_scratch *x = &s->scratch;
-    TRY(sd_cuda_rmsnorm(x->x + (size_t)first * D, m->w.final_norm, n_out, D, c->rms_norm_eps, x->a, b->stream, st));
+    const float *h = x->x + (size_t)first * D;
+    int *adv = adv_T > 0 ? s->cursor : NULL;
+    if (b->head_norm_fused) { // the norm (and the advance) in the lm_head launch (linear.h: the same bits)
+        const sd_lin_norm norm = {.x = h, .w = m->w.final_norm, .eps = c->rms_norm_eps, .n = D, .out = x->a};
+        const sd_lin_job j = {.w = &m->w.lm_head, .x = x->a, .ldx = D, .y = x->logits, .ldy = c->vocab_size,
+                              .mode = SD_LIN_STORE};
+        return sd_cuda_linear_multi_norm_advance(&j, 1, n_out, &norm, adv, adv_T, b->stream, st);
+    }
+    if (adv) TRY(sd_cuda_cursor_advance(adv, adv_T, b->stream, st));
+    TRY(sd_cuda_rmsnorm(h, m->w.final_norm, n_out, D, c->rms_norm_eps, x->a, b->stream, st));
     return sd_cuda_linear(&m->w.lm_head, x->a, n_out, x->logits, b->stream, st);
 }
 
+bool sd_cuda_head_launches(const float *logits, const sd_forward_opts *opts) {
+    return logits || (opts && (opts->argmax || opts->probs || opts->sampled));
+}
+
 sd_code sd_cuda_head(sd_cuda_backend *b, const sd_model *m, sd_state *s, int T, float *logits, int last_only,
-                     const sd_forward_opts *opts, sd_status *st) {
+                     const sd_forward_opts *opts, bool advance, sd_status *st) {
     const sd_config *c = &m->cfg;
     const int V = c->vocab_size;
     const int first = last_only ? T - 1 : 0, n_out = T - first;
@@ -53,8 +68,8 @@ sd_code sd_cuda_head(sd_cuda_backend *b, const sd_model *m, sd_state *s, int T, 
     sd_scratch *x = &s->scratch;
 
     if (sampled) TRY(ensure_sample_buffers(b, s->max_T > T ? s->max_T : T, st));
-    if (logits || argmax || sampling) { // the logits stay on the device unless asked for
-        TRY(sd_cuda_head_logits(b, m, s, first, n_out, st));
+    if (sd_cuda_head_launches(logits, opts)) { // the logits stay on the device unless asked for
+        TRY(sd_cuda_head_logits(b, m, s, first, n_out, advance ? T : 0, st));
         if (logits)
             SD_CUDA_CHECK(st, cudaMemcpyAsync(logits, x->logits, sizeof(float) * (size_t)n_out * V, cudaMemcpyDeviceToHost, q));
         if (argmax) TRY(sd_cuda_argmax(x->logits, n_out, V, b->argmax_host, x->argmax_ws, q, st));

@@ -103,6 +103,9 @@ static sd_code create(const sd_config *cfg, int device, const sd_cuda_weight_sou
     b->device = device;
     b->moe_arm = SD_CUDA_MOE_DEVICE_TABLE;
     b->kda_norm_in_scan = true;
+    b->cursor_in_embed = true;
+    b->head_norm_fused = true;
+    b->advance_in_head = true;
     SD_CUDA_CHECK(st, cudaSetDevice(device));
     sd_code rc = sd_cuda_device_name(device, b->device_name, sizeof b->device_name, st);
     if (rc) return rc;

@@ -16,7 +16,7 @@
 #include "cursor.h"        // sd_pos_cursor, sd_cuda_cursor_advance
 #include "mla.h"           // sd_cuda_mla_attend
 #include "moe.h"           // sd_cuda_moe_select, sd_cuda_moe_up, sd_cuda_moe_down, sd_cuda_moe_groups_host
-#include "rows.h"          // sd_cuda_embed, sd_cuda_rmsnorm
+#include "rows.h"          // sd_cuda_embed_cursor, sd_cuda_rmsnorm
 
 #define TRY(call)                      \
     do {                               \
@@ -82,6 +82,7 @@ static sd_code kda_mixer(sd_cuda_backend *b, const sd_kda_weights *w, const sd_c
 
 sd_code sd_cuda_kda_forward(sd_cuda_backend *b, const sd_kda_weights *w, const sd_config *c, sd_state *s, int layer,
                             const float *a, int T, float *out, trace_burst *tb, sd_status *st) {
+    TRY(sd_cuda_cursor_sync(b, s, st)); // their kernels read the cursor
     return kda_mixer(b, w, c, s, layer, a, T, out, false, NULL, false, tb, st);
 }
 
@@ -108,6 +109,7 @@ static sd_code mla_mixer(sd_cuda_backend *b, const sd_mla_weights *w, const sd_c
 
 sd_code sd_cuda_mla_forward(sd_cuda_backend *b, const sd_mla_weights *w, const sd_config *c, sd_state *s, int layer,
                             const float *a, int T, float *out, sd_status *st) {
+    TRY(sd_cuda_cursor_sync(b, s, st)); // their kernels read the cursor
     return mla_mixer(b, w, c, s, layer, a, T, out, false, NULL, false, st);
 }
 
@@ -317,7 +319,7 @@ static sd_code ensure_buffers(sd_cuda_backend *b, int T, sd_status *st) {
 }
 
 sd_code sd_cuda_walk(sd_cuda_backend *b, const sd_model *m, sd_state *s, const int *tokens, int T,
-                     const sd_forward_opts *opts, sd_status *st) {
+                     const sd_forward_opts *opts, bool advance, sd_status *st) {
     const sd_config *c = &m->cfg;
     // Measured and not kept (2026-12-01, H200, bench_gpu_e2e kimi-linear-48b-a3b, three runs of
     // each build alternating): the embedding gathered by every block of layer 0's first launch,
@@ -330,7 +332,10 @@ sd_code sd_cuda_walk(sd_cuda_backend *b, const sd_model *m, sd_state *s, const i
     // waiting on the one 2 or 5 layers back; 2026-12-01, three alternating pairs each) gave
     // 2.507 -> 2.502 ms and 2.504 -> 2.503 ms, within the pairs' spread — the host is not what a
     // stream launch waits for (bench_gpu_e2e: it enqueues the whole step 0.6-0.9 ms into 2.5).
-    TRY(sd_cuda_embed(&m->w.embed, tokens, T, s->scratch.x, b->stream, st));
+    // The held cursor write (cursor_in_embed: device.c) rides in the embedding launch.
+    TRY(sd_cuda_embed_cursor(&m->w.embed, tokens, T, s->scratch.x, s->cursor_stale ? s->cursor : NULL, s->len, s->pending,
+                             b->stream, st));
+    s->cursor_stale = false;
     for (int i = 0; i < c->num_hidden_layers; i++) {
         char name[32];
         snprintf(name, sizeof name, "layer %d", i);
@@ -339,7 +344,8 @@ sd_code sd_cuda_walk(sd_cuda_backend *b, const sd_model *m, sd_state *s, const i
         TRACE_RANGE_POP();
         if (rc) return rc;
     }
-    return sd_cuda_cursor_advance(s->cursor, T, b->stream, st); // every position is read: T more pending
+    // Every position is read: T more pending (here, or in the head's first launch).
+    return advance ? sd_cuda_cursor_advance(s->cursor, T, b->stream, st) : SD_OK;
 }
 
 sd_code sd_cuda_forward(const sd_model *m, sd_state *s, const int *tokens, int T, float *logits, int last_only,
@@ -361,8 +367,9 @@ sd_code sd_cuda_forward(const sd_model *m, sd_state *s, const int *tokens, int T
     if (opts && opts->probs) TRY(sd_cuda_check_device_ptr(b, opts->probs, "forward: opts.probs", st));
     b->tokens_idle = false;
     memcpy(b->tokens_host, tokens, sizeof(int) * (size_t)T); // the embedding reads them there
-    TRY(sd_cuda_walk(b, m, s, b->tokens_host, T, opts, st));
-    TRY(sd_cuda_head(b, m, s, T, logits, last_only, opts, st)); // head.c: ends drained, host results valid
+    const bool in_head = b->advance_in_head && sd_cuda_head_launches(logits, opts); // the cursor advance
+    TRY(sd_cuda_walk(b, m, s, b->tokens_host, T, opts, !in_head, st));
+    TRY(sd_cuda_head(b, m, s, T, logits, last_only, opts, in_head, st)); // head.c: ends drained, host results valid
     b->tokens_idle = true;
     sd_state_advance(s, T); // the host's side of the cursor advanced above
     return SD_OK;
