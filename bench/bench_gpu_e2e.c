@@ -278,11 +278,17 @@ static bool set_afold(sd_cuda_backend *b, bool on) {
     b->advance_in_head = on;
     return was;
 }
+static bool set_spin(sd_cuda_backend *b, bool on) {
+    const bool was = b->argmax_spin;
+    b->argmax_spin = on;
+    return was;
+}
 static const variant variants[] = {
     {"kfold", "the KDA output norm folded into the scan's launch (walk.c)", set_kfold, true},
     {"cfold", "a commit's cursor write in the next embedding launch (device.c)", set_cfold, true},
     {"hfold", "the final norm in the lm_head launch (head.c)", set_hfold, true},
     {"afold", "the walk's cursor advance in the lm_head launch (head.c)", set_afold, true},
+    {"spin", "the forward waiting for its argmaxes in pinned memory, not the stream (head.c)", set_spin, true},
 };
 #define N_VARIANTS (int)(sizeof variants / sizeof variants[0])
 

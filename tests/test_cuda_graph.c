@@ -254,6 +254,13 @@ Test(cuda_graph, advance_in_head_changes_no_bits, .timeout = 300) {
     switch_changes_no_bits(advance_in_head, "advance in head");
 }
 
+// A forward returning only argmaxes waits for their rows, not the stream (head.c).
+static void argmax_spin(sd_cuda_backend *b, bool on) { b->argmax_spin = on; }
+Test(cuda_graph, argmax_spin_changes_no_bits, .timeout = 300) {
+    need_gpu();
+    switch_changes_no_bits(argmax_spin, "argmax spin");
+}
+
 // A commit from a count in device memory (the accept kernel's n, plus the bonus position) moves
 // the cursor exactly as the host's commit does, and the next forward sees the same state.
 Test(cuda_graph, device_commit_equals_host_commit, .timeout = 300) {

@@ -34,6 +34,9 @@ typedef struct sd_cuda_backend {
     bool advance_in_head;     // the walk's cursor advance in the head's first launch (head.c)
                               //   instead of a launch of its own; settable like moe_arm (default
                               //   on; bench_gpu_e2e's afold A/B measures it)
+    bool argmax_spin;         // a forward that returns only argmaxes waits for their rows in
+                              //   pinned memory instead of draining the stream (head.c); settable
+                              //   like moe_arm (bench_gpu_e2e's spin A/B measures it)
     bool cursor_in_embed;     // a host commit's cursor write (sd_state_commit, _reset) is held by
                               //   the state (cursor_stale) and made by the next forward's embedding
                               //   launch instead of a launch of its own (device.c); settable like

@@ -1,8 +1,10 @@
 // head.c — the end of the CUDA forward (model.c's head on the device): rmsnorm + lm_head of the
 // output rows into the state's logits scratch, then each request of the caller on b->stream in
 // this order — the logits copied to the host, the argmaxes, the softmax rows (into opts->probs
-// in device memory, or in place over the scratch), the draws — then the forward's one drain,
-// after which the host results are copied out of pinned memory (the argmax and draw kernels
+// in device memory, or in place over the scratch), the draws — then the forward's one drain
+// (or, when argmaxes are all it returns and argmax_spin, their arrival: every kernel before the
+// argmax is complete, the argmax's own exit may not be), after which the host results are
+// copied out of pinned memory (the argmax and draw kernels
 // write there directly: cuda_backend.h). The order makes the in-place
 // softmax safe: the copy and the argmax read the scratch before the softmax overwrites it.
 // Numerics are kernels/sampling.cu's: the CPU's operation order (expf may differ by an ulp).
@@ -52,6 +54,27 @@ sd_code sd_cuda_head_logits(sd_cuda_backend *b, const sd_model *m, sd_state *s, 
     return sd_cuda_linear(&m->w.lm_head, x->a, n_out, x->logits, b->stream, st);
 }
 
+// Waits for the n argmax rows in pinned memory instead of for the stream (argmax_spin): each
+// row's last argmax block writes its row (>= 0, over the -1 the host left), which reaches the
+// host before the launch's completion does. The stream is polled on the way, so a fault is
+// reported rather than waited for; a complete stream without the rows is an error too.
+static sd_code await_argmax(sd_cuda_backend *b, int n, sd_status *st) {
+    volatile const int *out = b->argmax_host;
+    for (unsigned spin = 1;; spin++) {
+        int r = 0;
+        while (r < n && out[r] >= 0) r++;
+        if (r == n) return SD_OK;
+        if (spin % 4096) continue;
+        const cudaError_t e = cudaStreamQuery(b->stream);
+        if (e == cudaErrorNotReady) continue;
+        SD_CUDA_CHECK(st, e);
+        for (r = 0; r < n && out[r] >= 0; r++) {
+        }
+        if (r == n) return SD_OK;
+        return sd_fail(st, SD_ERR_SYS, "cuda head: the stream completed without argmax row %d", r);
+    }
+}
+
 bool sd_cuda_head_launches(const float *logits, const sd_forward_opts *opts) {
     return logits || (opts && (opts->argmax || opts->probs || opts->sampled));
 }
@@ -64,6 +87,7 @@ sd_code sd_cuda_head(sd_cuda_backend *b, const sd_model *m, sd_state *s, int T, 
     int *argmax = opts ? opts->argmax : NULL, *sampled = opts ? opts->sampled : NULL;
     float *probs = opts ? opts->probs : NULL;
     const bool sampling = probs || sampled;
+    const bool spin = b->argmax_spin && argmax && !logits && !sampling; // the argmaxes are the last results
     cudaStream_t q = b->stream;
     sd_scratch *x = &s->scratch;
 
@@ -72,6 +96,8 @@ sd_code sd_cuda_head(sd_cuda_backend *b, const sd_model *m, sd_state *s, int T, 
         TRY(sd_cuda_head_logits(b, m, s, first, n_out, advance ? T : 0, st));
         if (logits)
             SD_CUDA_CHECK(st, cudaMemcpyAsync(logits, x->logits, sizeof(float) * (size_t)n_out * V, cudaMemcpyDeviceToHost, q));
+        if (argmax && spin) // the rows' arrival is the drain (await_argmax)
+            for (int r = 0; r < n_out; r++) b->argmax_host[r] = -1;
         if (argmax) TRY(sd_cuda_argmax(x->logits, n_out, V, b->argmax_host, x->argmax_ws, q, st));
         if (sampling) { // p rows stay on the device; n_out ints come back
             float *p = probs ? probs : x->logits;
@@ -83,7 +109,8 @@ sd_code sd_cuda_head(sd_cuda_backend *b, const sd_model *m, sd_state *s, int T, 
         }
     }
     b->enqueued_ns = trace_now_ns();
-    SD_CUDA_CHECK(st, cudaStreamSynchronize(q));
+    if (spin) TRY(await_argmax(b, n_out, st));
+    else SD_CUDA_CHECK(st, cudaStreamSynchronize(q));
     if (argmax) memcpy(argmax, b->argmax_host, sizeof(int) * (size_t)n_out);
     if (sampled) memcpy(sampled, b->sampled_host, sizeof(int) * (size_t)n_out);
     return SD_OK;

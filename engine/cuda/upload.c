@@ -106,6 +106,7 @@ static sd_code create(const sd_config *cfg, int device, const sd_cuda_weight_sou
     b->cursor_in_embed = true;
     b->head_norm_fused = true;
     b->advance_in_head = true;
+    b->argmax_spin = true;
     SD_CUDA_CHECK(st, cudaSetDevice(device));
     sd_code rc = sd_cuda_device_name(device, b->device_name, sizeof b->device_name, st);
     if (rc) return rc;

@@ -321,6 +321,10 @@ static sd_code ensure_buffers(sd_cuda_backend *b, int T, sd_status *st) {
 sd_code sd_cuda_walk(sd_cuda_backend *b, const sd_model *m, sd_state *s, const int *tokens, int T,
                      const sd_forward_opts *opts, bool advance, sd_status *st) {
     const sd_config *c = &m->cfg;
+    // Measured and not kept (2026-12-01, five alternating pairs): the embedding (with the held
+    // cursor write) gathered by block 0 of layer 0's first launch, its other blocks waiting on a
+    // flag before their norm and letting the conv launch only then (same bits; every GPU suite
+    // passed): decode 2.502 -> 2.509 ms, a graph replay 2.414 -> 2.423.
     // Measured and not kept (2026-12-01, H200, bench_gpu_e2e kimi-linear-48b-a3b, three runs of
     // each build alternating): the embedding gathered by every block of layer 0's first launch,
     // before its wait, instead of this launch (the host is behind the device at a step's start,
