@@ -19,7 +19,8 @@
 //      from the routing of the same step, per layer, through opts.on_route), the KDA state read
 //      once and written per token (+ the conv window), the MLA latent cache read (+ written);
 //      % roofline = bytes / copy bandwidth / time;
-//   4. per sublayer (one KDA mixer, one MLA mixer, one MoE block, lm_head) at T = 1 and T = kmax+1:
+//   4. per sublayer (one KDA mixer, one MLA mixer, one MoE block, lm_head: the head's final norm
+//      and lm_head launches, sd_cuda_head_logits) at T = 1 and T = kmax+1:
 //      device time from events over back-to-back calls, against that sublayer's bytes;
 //   5. a level-2 trace pass: how the step splits into KDA / MLA / FFN (drains at each bucket, so
 //      the sum exceeds the clean step);
@@ -33,12 +34,14 @@
 //        bench/ktrace.c), no timing.
 #include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
+#include <stddef.h> // offsetof
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "cuda_backend.h" // sd_cuda_backend_of, sd_cuda_state_init
 #include "cuda_graph.h"   // sd_cuda_graph_capture, sd_cuda_graph_forward
+#include "cuda_internal.h" // sd_cuda_head_logits
 #include "cuda_layers.h"  // sd_cuda_kda_forward, sd_cuda_mla_forward, sd_cuda_moe_forward
 #include "cuda_synth.h"   // sd_cuda_model_synth
 #include "linear.h"       // sd_cuda_linear, sd_cuda_linear_multi(_norm)
@@ -251,55 +254,28 @@ static void timed_step(const sd_model *dev, sd_state *s, const int *toks, int T,
     OKS(sd_state_commit(s, 0, &st_));
 }
 
-// The walk's switchable variants, each the same bits on and off: what bench rows label with
-// "-NAME" while one on by default is off ("+NAME": off by default, on), and what ab_pairs times.
+// The walk's switchable variants, each a bool of sd_cuda_backend, on by default, the same bits
+// on and off: what bench rows label with "-NAME" while it is off, and what ab_pairs times.
 typedef struct {
     const char *name, *what;
-    bool (*set)(sd_cuda_backend *b, bool on); // returns the previous setting
-    bool def;                                 // the engine's default
+    size_t field; // offsetof(sd_cuda_backend, the switch)
 } variant;
-static bool set_kfold(sd_cuda_backend *b, bool on) {
-    const bool was = b->kda_norm_in_scan;
-    b->kda_norm_in_scan = on;
-    return was;
-}
-static bool set_cfold(sd_cuda_backend *b, bool on) {
-    const bool was = b->cursor_in_embed;
-    b->cursor_in_embed = on;
-    return was;
-}
-static bool set_hfold(sd_cuda_backend *b, bool on) {
-    const bool was = b->head_norm_fused;
-    b->head_norm_fused = on;
-    return was;
-}
-static bool set_afold(sd_cuda_backend *b, bool on) {
-    const bool was = b->advance_in_head;
-    b->advance_in_head = on;
-    return was;
-}
-static bool set_spin(sd_cuda_backend *b, bool on) {
-    const bool was = b->argmax_spin;
-    b->argmax_spin = on;
-    return was;
-}
 static const variant variants[] = {
-    {"kfold", "the KDA output norm folded into the scan's launch (walk.c)", set_kfold, true},
-    {"cfold", "a commit's cursor write in the next embedding launch (device.c)", set_cfold, true},
-    {"hfold", "the final norm in the lm_head launch (head.c)", set_hfold, true},
-    {"afold", "the walk's cursor advance in the lm_head launch (head.c)", set_afold, true},
-    {"spin", "the forward waiting for its argmaxes in pinned memory, not the stream (head.c)", set_spin, true},
+    {"kfold", "the KDA output norm folded into the scan's launch (walk.c)", offsetof(sd_cuda_backend, kda_norm_in_scan)},
+    {"cfold", "a commit's cursor write in the next embedding launch (device.c)", offsetof(sd_cuda_backend, cursor_in_embed)},
+    {"hfold", "the final norm in the lm_head launch (head.c)", offsetof(sd_cuda_backend, head_norm_fused)},
+    {"afold", "the walk's cursor advance in the lm_head launch (head.c)", offsetof(sd_cuda_backend, advance_in_head)},
+    {"spin", "the forward waiting for its argmaxes in pinned memory, not the stream (head.c)",
+     offsetof(sd_cuda_backend, argmax_spin)},
 };
 #define N_VARIANTS (int)(sizeof variants / sizeof variants[0])
+static bool *switch_of(sd_cuda_backend *b, const variant *v) { return (bool *)((char *)b + v->field); }
 
 // "-NAME" for each variant that is off.
 static void variant_suffix(sd_cuda_backend *b, char *out, size_t n) {
     out[0] = 0;
-    for (int i = 0; i < N_VARIANTS; i++) {
-        const bool on = variants[i].set(b, true);
-        variants[i].set(b, on);
-        if (on != variants[i].def) snprintf(out + strlen(out), n - strlen(out), "%c%s", on ? '+' : '-', variants[i].name);
-    }
+    for (int i = 0; i < N_VARIANTS; i++)
+        if (!*switch_of(b, &variants[i])) snprintf(out + strlen(out), n - strlen(out), "-%s", variants[i].name);
 }
 
 // One row (print_row); returns its median step in ms.
@@ -430,8 +406,8 @@ static void sublayers(const char *config, const sd_model *dev, sd_state *s, int 
                     OKS(sd_cuda_mla_forward(b, &dev->w.layers[layer].mla, c, s, layer, x->a, T, x->mix, &st_));
                 else if (k == SUB_MOE)
                     OKS(sd_cuda_moe_forward(b, &dev->w.layers[layer].moe, c, s, layer, x->a, T, x->mix, &st_));
-                else
-                    OKS(sd_cuda_linear(&dev->w.lm_head, x->a, T, x->logits, b->stream, &st_));
+                else // the head's launches as a step runs them: the final norm (fused, hfold) and lm_head
+                    OKS(sd_cuda_head_logits(b, dev, s, 0, T, 0, &st_));
             }
             CK(cudaEventRecord(e1, b->stream));
             const double host = now_ms() - h0;
@@ -549,14 +525,15 @@ static void ab_pairs(const char *name, const sd_model *dev, sd_state *s, const b
     sd_cuda_backend *b = sd_cuda_backend_of(dev);
     for (int v = 0; v < N_VARIANTS; v++) {
         const variant *V = &variants[v];
-        const bool given = V->set(b, true);
+        bool *sw = switch_of(b, V);
+        const bool given = *sw;
         for (int a = 0; a < 2; a++) {
             const step_arm arm = a ? ARM_GRAPH : ARM_DEVICE;
             const int np = o->ab_pairs;
             double ms[2][AB_PAIRS_MAX], mean[2] = {0, 0}; // [on][pair]
             for (int i = 0; i < 2 * np; i++) {
                 const int on = !(i & 1);
-                V->set(b, on);
+                *sw = on;
                 ms[on][i / 2] = measure(name, dev, s, 1, arm, o);
                 mean[on] += ms[on][i / 2] / np;
             }
@@ -571,9 +548,9 @@ static void ab_pairs(const char *name, const sd_model *dev, sd_state *s, const b
                    "\"on_ms\":%.4f,\"off_ms\":%.4f,\"saved_us\":%.2f}\n",
                    name, V->name, arm_name[arm], np, mean[1], mean[0], saved_us);
         }
-        V->set(b, false);
+        *sw = false;
         measure(name, dev, s, o->kmax + 1, ARM_DEVICE, o);
-        V->set(b, given);
+        *sw = given;
     }
     fflush(stdout);
 }

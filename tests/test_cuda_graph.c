@@ -2,6 +2,7 @@
 // replays at every later position (positions live in the state's cursor, kernels/cursor.h) and
 // gives the eager forward's logits and argmaxes bit for bit, through decode, verify chunks and
 // rollbacks; the eager MoE arm refuses capture. Without a device every test reports itself skipped.
+#include <stddef.h> // offsetof
 #include <string.h>
 #include "common.h"
 
@@ -182,14 +183,14 @@ Test(cuda_graph, launch_overlap_changes_no_bits, .timeout = 300) {
     sd_model_free(&dev);
 }
 
-// A switch of the walk (a backend field or a process setting) changes no bit: the same prompt
+// A switch of the walk (a bool of sd_cuda_backend at `field`) changes no bit: the same prompt
 // and steps (decode, a verify, decode, a short verify) on two states, one with it off and one
 // with it on, compared after each step (the logits and the argmaxes); then a captured
 // decode step taken with it on against a stream-launched one with it off.
-static void switch_changes_no_bits(void (*set)(sd_cuda_backend *, bool on), const char *what) {
+static void switch_changes_no_bits(size_t field, const char *what) {
     sd_model dev;
     device_model("configs/toy.json", &dev);
-    sd_cuda_backend *b = sd_cuda_backend_of(&dev);
+    bool *sw = (bool *)((char *)sd_cuda_backend_of(&dev) + field);
     const int V = dev.cfg.vocab_size;
     enum { T = 5 };
     static const int steps[] = {1, T, 1, 2};
@@ -202,9 +203,9 @@ static void switch_changes_no_bits(void (*set)(sd_cuda_backend *, bool on), cons
         const int n = steps[i];
         random_tokens(78 + i, V, n, toks);
         sd_forward_opts o = {.argmax = aa};
-        set(b, false);
+        *sw = false;
         cr_assert_eq(sd_forward(&dev, &sa, toks, n, NULL, 0, &o, &st), SD_OK, "%s", st.msg);
-        set(b, true);
+        *sw = true;
         o.argmax = ab;
         cr_assert_eq(sd_forward(&dev, &sb, toks, n, NULL, 0, &o, &st), SD_OK, "%s", st.msg);
         snprintf(msg, sizeof msg, "%s: off vs on", what);
@@ -214,7 +215,7 @@ static void switch_changes_no_bits(void (*set)(sd_cuda_backend *, bool on), cons
     }
     sd_cuda_graph g;
     cr_assert_eq(sd_cuda_graph_capture(&dev, &sb, 1, &g, &st), SD_OK, "%s", st.msg);
-    set(b, false);
+    *sw = false;
     sd_forward_opts o = {.argmax = aa};
     cr_assert_eq(sd_forward(&dev, &sa, &x, 1, NULL, 0, &o, &st), SD_OK, "%s", st.msg);
     cr_assert_eq(sd_cuda_graph_forward(&g, &x, ab, &st), SD_OK, "%s", st.msg);
@@ -226,40 +227,21 @@ static void switch_changes_no_bits(void (*set)(sd_cuda_backend *, bool on), cons
     sd_model_free(&dev);
 }
 
+#define SWITCH_TEST(field, what)                                                                  \
+    Test(cuda_graph, field##_changes_no_bits, .timeout = 300) {                                   \
+        need_gpu();                                                                               \
+        switch_changes_no_bits(offsetof(sd_cuda_backend, field), what);                           \
+    }
 // The KDA output norm folded into the scan's launch (kda.h).
-static void kda_norm_in_scan(sd_cuda_backend *b, bool on) { b->kda_norm_in_scan = on; }
-Test(cuda_graph, kda_norm_in_scan_changes_no_bits, .timeout = 300) {
-    need_gpu();
-    switch_changes_no_bits(kda_norm_in_scan, "kda norm in scan");
-}
-
+SWITCH_TEST(kda_norm_in_scan, "kda norm in scan")
 // A host commit's cursor write held for the next forward's embedding launch (device.c).
-static void cursor_in_embed(sd_cuda_backend *b, bool on) { b->cursor_in_embed = on; }
-Test(cuda_graph, cursor_in_embed_changes_no_bits, .timeout = 300) {
-    need_gpu();
-    switch_changes_no_bits(cursor_in_embed, "cursor in embed");
-}
-
+SWITCH_TEST(cursor_in_embed, "cursor in embed")
 // The final RMSNorm fused into the lm_head launch (head.c).
-static void head_norm_fused(sd_cuda_backend *b, bool on) { b->head_norm_fused = on; }
-Test(cuda_graph, head_norm_fused_changes_no_bits, .timeout = 300) {
-    need_gpu();
-    switch_changes_no_bits(head_norm_fused, "head norm fused");
-}
-
+SWITCH_TEST(head_norm_fused, "head norm fused")
 // The walk's cursor advance in the head's first launch (head.c).
-static void advance_in_head(sd_cuda_backend *b, bool on) { b->advance_in_head = on; }
-Test(cuda_graph, advance_in_head_changes_no_bits, .timeout = 300) {
-    need_gpu();
-    switch_changes_no_bits(advance_in_head, "advance in head");
-}
-
+SWITCH_TEST(advance_in_head, "advance in head")
 // A forward returning only argmaxes waits for their rows, not the stream (head.c).
-static void argmax_spin(sd_cuda_backend *b, bool on) { b->argmax_spin = on; }
-Test(cuda_graph, argmax_spin_changes_no_bits, .timeout = 300) {
-    need_gpu();
-    switch_changes_no_bits(argmax_spin, "argmax spin");
-}
+SWITCH_TEST(argmax_spin, "argmax spin")
 
 // A commit from a count in device memory (the accept kernel's n, plus the bonus position) moves
 // the cursor exactly as the host's commit does, and the next forward sees the same state.
