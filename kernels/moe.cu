@@ -27,6 +27,11 @@
 //            8.83 ms, against a block per 8 rows of every unit with L2 prefetches issued after the
 //            wait. With the readiness counters (moe.h) a down block waits for its own expert's up
 //            blocks, not for the whole up launch.
+// Tried and not kept (2026-12-01): the one-token route + select's last block starting the address
+// translation of every 2 MB page of the chosen experts' gate, up and down matrices (a 16-byte L2
+// bulk prefetch per page, each thread holding its expert's table entry from before the wait):
+// the up increment 32.5 -> 31.7 µs, the route + select's 7.7 -> 8.8 (bench/ktrace.c), decode
+// 2.503 -> 2.514 ms (five alternating pairs), a graph replay 2.426 -> 2.425.
 // Tried and not kept (2026-12-01): the up launch's routed blocks loading the group's count,
 // bounds and expert in one round after their wait (then the table entry, then the weights: two
 // latencies before the first weight load instead of five) and taking row 0 as the input at one
