@@ -254,28 +254,41 @@ static void timed_step(const sd_model *dev, sd_state *s, const int *toks, int T,
     OKS(sd_state_commit(s, 0, &st_));
 }
 
-// The walk's switchable variants, each a bool of sd_cuda_backend, on by default, the same bits
-// on and off: what bench rows label with "-NAME" while it is off, and what ab_pairs times.
+// The walk's switchable variants, each a bool of sd_cuda_backend or a process setting, on by
+// default, the same bits on and off: what bench rows label with "-NAME" while it is off, and what
+// ab_pairs times.
 typedef struct {
     const char *name, *what;
-    size_t field; // offsetof(sd_cuda_backend, the switch)
+    size_t field;            // offsetof(sd_cuda_backend, the switch), when set is NULL
+    bool (*set)(bool on);    // a process setting: sets it, returns the previous one
 } variant;
 static const variant variants[] = {
-    {"kfold", "the KDA output norm folded into the scan's launch (walk.c)", offsetof(sd_cuda_backend, kda_norm_in_scan)},
-    {"cfold", "a commit's cursor write in the next embedding launch (device.c)", offsetof(sd_cuda_backend, cursor_in_embed)},
-    {"hfold", "the final norm in the lm_head launch (head.c)", offsetof(sd_cuda_backend, head_norm_fused)},
-    {"afold", "the walk's cursor advance in the lm_head launch (head.c)", offsetof(sd_cuda_backend, advance_in_head)},
+    {"kfold", "the KDA output norm folded into the scan's launch (walk.c)", offsetof(sd_cuda_backend, kda_norm_in_scan), NULL},
+    {"cfold", "a commit's cursor write in the next embedding launch (device.c)", offsetof(sd_cuda_backend, cursor_in_embed), NULL},
+    {"hfold", "the final norm in the lm_head launch (head.c)", offsetof(sd_cuda_backend, head_norm_fused), NULL},
+    {"afold", "the walk's cursor advance in the lm_head launch (head.c)", offsetof(sd_cuda_backend, advance_in_head), NULL},
     {"spin", "the forward waiting for its argmaxes in pinned memory, not the stream (head.c)",
-     offsetof(sd_cuda_backend, argmax_spin)},
+     offsetof(sd_cuda_backend, argmax_spin), NULL},
+    {"bal", "BULK Linear blocks balanced across the multiprocessors (linear.cu)", 0, sd_cuda_linear_balance},
 };
 #define N_VARIANTS (int)(sizeof variants / sizeof variants[0])
-static bool *switch_of(sd_cuda_backend *b, const variant *v) { return (bool *)((char *)b + v->field); }
+
+// Sets variant v on or off; returns its previous setting.
+static bool set_variant(sd_cuda_backend *b, const variant *v, bool on) {
+    if (v->set) return v->set(on);
+    bool *sw = (bool *)((char *)b + v->field), was = *sw;
+    *sw = on;
+    return was;
+}
 
 // "-NAME" for each variant that is off.
 static void variant_suffix(sd_cuda_backend *b, char *out, size_t n) {
     out[0] = 0;
-    for (int i = 0; i < N_VARIANTS; i++)
-        if (!*switch_of(b, &variants[i])) snprintf(out + strlen(out), n - strlen(out), "-%s", variants[i].name);
+    for (int i = 0; i < N_VARIANTS; i++) {
+        const bool on = set_variant(b, &variants[i], true);
+        set_variant(b, &variants[i], on);
+        if (!on) snprintf(out + strlen(out), n - strlen(out), "-%s", variants[i].name);
+    }
 }
 
 // One row (print_row); returns its median step in ms.
@@ -525,15 +538,14 @@ static void ab_pairs(const char *name, const sd_model *dev, sd_state *s, const b
     sd_cuda_backend *b = sd_cuda_backend_of(dev);
     for (int v = 0; v < N_VARIANTS; v++) {
         const variant *V = &variants[v];
-        bool *sw = switch_of(b, V);
-        const bool given = *sw;
+        const bool given = set_variant(b, V, true);
         for (int a = 0; a < 2; a++) {
             const step_arm arm = a ? ARM_GRAPH : ARM_DEVICE;
             const int np = o->ab_pairs;
             double ms[2][AB_PAIRS_MAX], mean[2] = {0, 0}; // [on][pair]
             for (int i = 0; i < 2 * np; i++) {
                 const int on = !(i & 1);
-                *sw = on;
+                set_variant(b, V, on);
                 ms[on][i / 2] = measure(name, dev, s, 1, arm, o);
                 mean[on] += ms[on][i / 2] / np;
             }
@@ -548,9 +560,9 @@ static void ab_pairs(const char *name, const sd_model *dev, sd_state *s, const b
                    "\"on_ms\":%.4f,\"off_ms\":%.4f,\"saved_us\":%.2f}\n",
                    name, V->name, arm_name[arm], np, mean[1], mean[0], saved_us);
         }
-        *sw = false;
+        set_variant(b, V, false);
         measure(name, dev, s, o->kmax + 1, ARM_DEVICE, o);
-        *sw = given;
+        set_variant(b, V, given);
     }
     fflush(stdout);
 }

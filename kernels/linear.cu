@@ -67,6 +67,8 @@ typedef struct {
                // blocks: half the norm prologues); more for narrow rows (narrow_rpw); 1 for SwiGLU
                // jobs and in a BULK launch where two would pass LIN_BULK_MAX
     int x_norm; // x is the fused norm's output: read the block's shared copy
+    int wpb;    // warps of the block that take rows (balanced_wpb): the others only join the fused
+                // norm and the barrier's initialisation
 } lin_seg;
 
 typedef struct {
@@ -136,7 +138,7 @@ __device__ __forceinline__ void lin_dot_shared(const char *w0, bool bf0, const c
     }
 }
 
-// A block of SD_LIN_WARPS warps per 8·rpw rows of one job (grid: every job's blocks, blk0
+// A block of SD_LIN_WARPS warps per wpb·rpw rows of one job (grid: every job's blocks, blk0
 // onwards). BULK (one or two tokens; every job's rows 16-byte aligned, a block's rows within
 // LIN_BULK_MAX bytes): thread 0 bulk-copies the block's weight rows (and, for SwiGLU, its up
 // rows) into shared memory before the wait for the predecessor and before the fused norm —
@@ -155,19 +157,19 @@ linear_kernel(const __grid_constant__ lin_params p) {
     uint64_t *bar = (uint64_t *)(lin_sm + p.bar_off); // BULK: their completion
     const bool glu = s.mode == SD_LIN_SWIGLU;
     const size_t esz = s.bf16 ? 2 : 4, esz2 = s.bf16_2 ? 2 : 4, pitch = (size_t)s.cols * esz, pitch2 = (size_t)s.cols * esz2;
-    const int first = ((int)blockIdx.x - s.blk0) * SD_LIN_WARPS * s.rpw;
+    const int first = ((int)blockIdx.x - s.blk0) * s.wpb * s.rpw;
     if (BULK && threadIdx.x == 0) {
-        const int nrow = min(SD_LIN_WARPS * s.rpw, s.rows - first);
+        const int nrow = min(s.wpb * s.rpw, s.rows - first);
         const uint32_t b1 = (uint32_t)(nrow * pitch), b2 = glu ? (uint32_t)(nrow * pitch2) : 0u;
         sd_bulk_init(bar);
         sd_bulk_expect(bar, b1 + b2);
         sd_bulk_copy(wt, (const char *)s.w + (size_t)first * pitch, b1, bar);
-        if (glu) sd_bulk_copy(wt + (size_t)SD_LIN_WARPS * s.rpw * pitch, (const char *)s.w2 + (size_t)first * pitch2, b2, bar);
+        if (glu) sd_bulk_copy(wt + (size_t)s.wpb * s.rpw * pitch, (const char *)s.w2 + (size_t)first * pitch2, b2, bar);
     }
     // Many tokens: few chunks a lane in flight, so stream the block's rows into L2 first (also
     // before the wait).
     if (!BULK && TMAX >= 4 && threadIdx.x == 0) {
-        const int n = min(SD_LIN_WARPS * s.rpw, s.rows - first);
+        const int n = min(s.wpb * s.rpw, s.rows - first);
         sd_prefetch_l2((const char *)s.w + (size_t)first * pitch, (size_t)n * pitch);
         if (glu) sd_prefetch_l2((const char *)s.w2 + (size_t)first * pitch2, (size_t)n * pitch2);
     }
@@ -176,6 +178,7 @@ linear_kernel(const __grid_constant__ lin_params p) {
     if (p.nn) lin_norm(p, a_sh);
     else if (BULK) __syncthreads(); // the barrier is initialised before any thread waits on it
     const sd_lin_rows xs = {s.x_norm ? a_sh : s.x, s.x_norm ? (size_t)p.nn : (size_t)s.ldx};
+    if ((int)(threadIdx.x >> 5) >= s.wpb) return; // whole warp: no rows (no block barrier follows)
     if (BULK) sd_bulk_wait(bar, 0);
     // The warp's rows wi .. wi+rpw-1 of the block, two at a time (a SwiGLU job: its one gate/up pair).
     for (int rr = 0; rr < s.rpw; rr += 2) {
@@ -188,7 +191,7 @@ linear_kernel(const __grid_constant__ lin_params p) {
         if (BULK) {
             const char *w0 = (const char *)wt + (size_t)wi * pitch;
             const char *w1 = !two ? nullptr
-                             : glu ? (const char *)wt + (size_t)SD_LIN_WARPS * s.rpw * pitch + (size_t)wi * pitch2
+                             : glu ? (const char *)wt + (size_t)s.wpb * s.rpw * pitch + (size_t)wi * pitch2
                                    : w0 + pitch;
             lin_dot_shared<TMAX>(w0, s.bf16, w1, glu ? s.bf16_2 : s.bf16, s.cols, xs, p.T, acc);
         } else {
@@ -245,6 +248,50 @@ static int bulk_rpw(const sd_lin_job *j, int rpw, bool x_norm) {
     return 0;
 }
 
+// Warps of a BULK block that take rows (the same for every job of the launch): SD_LIN_WARPS unless
+// fewer put at least LIN_BALANCE_GAIN less weight on the busiest multiprocessor. The grid's
+// blocks spread evenly, so that one holds ceil(blocks / sms) of them: kimi-linear's o_projs (2304
+// rows of 8 KB) take 288 blocks of 8 rows, three on some multiprocessors and two on the rest, and
+// 384 blocks of 6 rows three on nearly all (144 KB against 192); its MLA q + kv_a projections 480
+// blocks of 14 rows instead of 420 of 16 (258 KB against 295). Off (sd_cuda_linear_balance):
+// always SD_LIN_WARPS. Measured on the H200 (bench_gpu_e2e kimi-linear-48b-a3b, five alternating
+// pairs, 2026-12-01): decode 2.502 -> 2.499 ms (pairs +4.9 .. -0.7 µs), a graph replay 2.426 -> 2.422.
+#define LIN_BALANCE_GAIN 0.05
+static bool g_balance = true;
+extern "C" bool sd_cuda_linear_balance(bool on) {
+    const bool was = g_balance;
+    g_balance = on;
+    return was;
+}
+static int balanced_wpb(const sd_lin_job *jobs, const int *rpw, int n, int sms) {
+    if (!g_balance || sms < 1) return SD_LIN_WARPS;
+    auto busiest = [&](int wpb) { // bytes of weight rows on the busiest multiprocessor
+        long blocks = 0;
+        size_t tile = 0;
+        for (int i = 0; i < n; i++) {
+            const sd_lin_job *j = &jobs[i];
+            if (j->w->rows < 1 || j->w->cols < 1) continue;
+            const bool glu = j->mode == SD_LIN_SWIGLU;
+            const size_t pitch = (size_t)j->w->cols * ((j->w->dtype == SD_DT_BF16 ? 2 : 4) +
+                                                       (glu ? (j->w2->dtype == SD_DT_BF16 ? 2 : 4) : 0));
+            blocks += sd_ceil_div(j->w->rows, wpb * rpw[i]);
+            if ((size_t)wpb * rpw[i] * pitch > tile) tile = (size_t)wpb * rpw[i] * pitch;
+        }
+        return (double)((blocks + sms - 1) / sms) * (double)tile;
+    };
+    const double full = busiest(SD_LIN_WARPS);
+    int best = SD_LIN_WARPS;
+    double best_cost = full;
+    for (int wpb = SD_LIN_WARPS - 1; wpb >= SD_LIN_WARPS / 2; wpb--) {
+        const double c = busiest(wpb);
+        if (c <= full * (1.0 - LIN_BALANCE_GAIN) && c < best_cost) {
+            best = wpb;
+            best_cost = c;
+        }
+    }
+    return best;
+}
+
 // One launch over jobs[0..n) (n <= LIN_MAXJOB) for tokens t0 .. t0+T-1 (norm: fused, or NULL).
 static sd_code launch(const sd_lin_job *jobs, int n, int t0, int T, const sd_lin_norm *norm, int *adv, int adv_T,
                       cudaStream_t stream, sd_status *st) {
@@ -270,6 +317,9 @@ static sd_code launch(const sd_lin_job *jobs, int n, int t0, int T, const sd_lin
     for (int i = 0; i < n && bulk; i++)
         if (jobs[i].w->rows >= 1 && jobs[i].w->cols >= 1)
             bulk = bulk_rpw(&jobs[i], rpw0[i], norm && jobs[i].x == norm->out) > 0;
+    int rpws[LIN_MAXJOB];
+    for (int i = 0; i < n; i++) rpws[i] = bulk ? bulk_rpw(&jobs[i], rpw0[i], norm && jobs[i].x == norm->out) : rpw0[i];
+    const int wpb = bulk ? balanced_wpb(jobs, rpws, n, sms) : SD_LIN_WARPS;
     int blocks = 0;
     size_t tile = 0;
     for (int i = 0; i < n; i++) {
@@ -277,16 +327,16 @@ static sd_code launch(const sd_lin_job *jobs, int n, int t0, int T, const sd_lin
         lin_seg *s = &p.s[p.n];
         if (j->w->rows < 1 || j->w->cols < 1) continue;
         const bool x_norm = norm && j->x == norm->out, glu = j->mode == SD_LIN_SWIGLU;
-        const int rpw = bulk ? bulk_rpw(j, rpw0[i], x_norm) : rpw0[i];
+        const int rpw = rpws[i];
         *s = (lin_seg){.w = j->w->data, .w2 = glu ? j->w2->data : nullptr,
                        .x = j->x + (size_t)t0 * j->ldx, .y = j->y + (size_t)t0 * j->ldy, .rows = j->w->rows,
                        .cols = j->w->cols, .ldx = j->ldx, .ldy = j->ldy, .mode = (int)j->mode,
                        .bf16 = j->w->dtype == SD_DT_BF16, .bf16_2 = glu && j->w2->dtype == SD_DT_BF16,
-                       .xfast = aligned16(j->x) && j->ldx % 4 == 0, .blk0 = blocks, .rpw = rpw, .x_norm = x_norm};
-        const size_t tb = (size_t)SD_LIN_WARPS * rpw * j->w->cols *
+                       .xfast = aligned16(j->x) && j->ldx % 4 == 0, .blk0 = blocks, .rpw = rpw, .x_norm = x_norm, .wpb = wpb};
+        const size_t tb = (size_t)wpb * rpw * j->w->cols *
                           ((j->w->dtype == SD_DT_BF16 ? 2 : 4) + (glu ? (j->w2->dtype == SD_DT_BF16 ? 2 : 4) : 0));
         if (tb > tile) tile = tb;
-        blocks += sd_ceil_div(j->w->rows, SD_LIN_WARPS * rpw);
+        blocks += sd_ceil_div(j->w->rows, wpb * rpw);
         p.n++;
     }
     if (!p.n) return SD_OK;

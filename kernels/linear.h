@@ -3,6 +3,7 @@
 // with its activation, an output projection that adds into the residual stream).
 #pragma once
 #include <cuda_runtime_api.h> // cudaStream_t
+#include <stdbool.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -59,6 +60,11 @@ sd_code sd_cuda_linear_multi_norm(const sd_lin_job *jobs, int n_jobs, int T, con
 // head's first. When the norm cannot be fused the advance is a launch of its own, first.
 sd_code sd_cuda_linear_multi_norm_advance(const sd_lin_job *jobs, int n_jobs, int T, const sd_lin_norm *norm, int *cursor,
                                           int adv_T, cudaStream_t stream, sd_status *st);
+
+// BULK launches (one or two tokens) balanced across the multiprocessors with blocks of fewer
+// rows when that lightens the busiest one (on, the default) or always 8 warps of rows (off); the
+// same bits either way. Returns the previous setting. Process-wide, for bench_gpu_e2e's A/B.
+bool sd_cuda_linear_balance(bool on);
 
 #ifdef __cplusplus
 }

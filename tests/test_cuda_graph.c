@@ -2,7 +2,6 @@
 // replays at every later position (positions live in the state's cursor, kernels/cursor.h) and
 // gives the eager forward's logits and argmaxes bit for bit, through decode, verify chunks and
 // rollbacks; the eager MoE arm refuses capture. Without a device every test reports itself skipped.
-#include <stddef.h> // offsetof
 #include <string.h>
 #include "common.h"
 
@@ -13,6 +12,7 @@ Test(cuda_graph, suite) { cr_skip_test("CUDA backend not built (no toolkit or -D
 #include "cuda_backend.h" // sd_cuda_device_count, sd_cuda_model_upload, sd_cuda_backend_of
 #include "cuda_graph.h"
 #include "cursor.h" // sd_cuda_cursor_commit
+#include "linear.h" // sd_cuda_linear_balance
 #include "pdl.h"    // sd_cuda_pdl
 
 static void need_gpu(void) {
@@ -183,14 +183,14 @@ Test(cuda_graph, launch_overlap_changes_no_bits, .timeout = 300) {
     sd_model_free(&dev);
 }
 
-// A switch of the walk (a bool of sd_cuda_backend at `field`) changes no bit: the same prompt
+// A switch of the walk (a backend field or a process setting) changes no bit: the same prompt
 // and steps (decode, a verify, decode, a short verify) on two states, one with it off and one
 // with it on, compared after each step (the logits and the argmaxes); then a captured
 // decode step taken with it on against a stream-launched one with it off.
-static void switch_changes_no_bits(size_t field, const char *what) {
+static void switch_changes_no_bits(void (*set)(sd_cuda_backend *b, bool on), const char *what) {
     sd_model dev;
     device_model("configs/toy.json", &dev);
-    bool *sw = (bool *)((char *)sd_cuda_backend_of(&dev) + field);
+    sd_cuda_backend *b = sd_cuda_backend_of(&dev);
     const int V = dev.cfg.vocab_size;
     enum { T = 5 };
     static const int steps[] = {1, T, 1, 2};
@@ -203,9 +203,9 @@ static void switch_changes_no_bits(size_t field, const char *what) {
         const int n = steps[i];
         random_tokens(78 + i, V, n, toks);
         sd_forward_opts o = {.argmax = aa};
-        *sw = false;
+        set(b, false);
         cr_assert_eq(sd_forward(&dev, &sa, toks, n, NULL, 0, &o, &st), SD_OK, "%s", st.msg);
-        *sw = true;
+        set(b, true);
         o.argmax = ab;
         cr_assert_eq(sd_forward(&dev, &sb, toks, n, NULL, 0, &o, &st), SD_OK, "%s", st.msg);
         snprintf(msg, sizeof msg, "%s: off vs on", what);
@@ -215,7 +215,7 @@ static void switch_changes_no_bits(size_t field, const char *what) {
     }
     sd_cuda_graph g;
     cr_assert_eq(sd_cuda_graph_capture(&dev, &sb, 1, &g, &st), SD_OK, "%s", st.msg);
-    *sw = false;
+    set(b, false);
     sd_forward_opts o = {.argmax = aa};
     cr_assert_eq(sd_forward(&dev, &sa, &x, 1, NULL, 0, &o, &st), SD_OK, "%s", st.msg);
     cr_assert_eq(sd_cuda_graph_forward(&g, &x, ab, &st), SD_OK, "%s", st.msg);
@@ -228,9 +228,10 @@ static void switch_changes_no_bits(size_t field, const char *what) {
 }
 
 #define SWITCH_TEST(field, what)                                                                  \
+    static void set_##field(sd_cuda_backend *b, bool on) { b->field = on; }                       \
     Test(cuda_graph, field##_changes_no_bits, .timeout = 300) {                                   \
         need_gpu();                                                                               \
-        switch_changes_no_bits(offsetof(sd_cuda_backend, field), what);                           \
+        switch_changes_no_bits(set_##field, what);                                                \
     }
 // The KDA output norm folded into the scan's launch (kda.h).
 SWITCH_TEST(kda_norm_in_scan, "kda norm in scan")
@@ -242,6 +243,16 @@ SWITCH_TEST(head_norm_fused, "head norm fused")
 SWITCH_TEST(advance_in_head, "advance in head")
 // A forward returning only argmaxes waits for their rows, not the stream (head.c).
 SWITCH_TEST(argmax_spin, "argmax spin")
+// BULK Linear blocks balanced across the multiprocessors (linear.h; process-wide).
+static void set_balance(sd_cuda_backend *b, bool on) {
+    (void)b;
+    sd_cuda_linear_balance(on);
+}
+Test(cuda_graph, linear_balance_changes_no_bits, .timeout = 300) {
+    need_gpu();
+    switch_changes_no_bits(set_balance, "linear balance");
+    sd_cuda_linear_balance(true);
+}
 
 // A commit from a count in device memory (the accept kernel's n, plus the bonus position) moves
 // the cursor exactly as the host's commit does, and the next forward sees the same state.

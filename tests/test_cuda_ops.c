@@ -156,12 +156,18 @@ Test(cuda_ops, linear) {
         snprintf(what, sizeof what, "linear %dx%d T=%d %s", k->rows, k->cols, k->T, sd_dtype_name(k->dt));
         // Same exact products (bf16 widens exactly), fp32 sums in another order: ~n·eps relative.
         CHECK_NMSE(got, ref, (size_t)k->T * k->rows, 1e-10, what);
-        // verify ≡ decode: each token alone gives the same bits as inside the T-token call.
+        // verify ≡ decode: each token alone gives the same bits as inside the T-token call, with
+        // the BULK blocks balanced across the multiprocessors (fewer rows a block) or not.
         float *one = malloc(sizeof(float) * k->rows);
-        for (int t = 0; t < k->T; t++) {
-            cr_assert_eq(sd_cuda_linear(&w.dev, dx.p + (size_t)t * k->cols, 1, dy.p, stream0(), &st), SD_OK, "%s", st.msg);
-            gbuf_get(&dy, one, sizeof(float) * k->rows);
-            cr_assert(memcmp(one, got + (size_t)t * k->rows, sizeof(float) * k->rows) == 0, "%s: token %d alone differs", what, t);
+        for (int bal = 1; bal >= 0; bal--) {
+            const bool was = sd_cuda_linear_balance(bal);
+            for (int t = 0; t < k->T; t++) {
+                cr_assert_eq(sd_cuda_linear(&w.dev, dx.p + (size_t)t * k->cols, 1, dy.p, stream0(), &st), SD_OK, "%s", st.msg);
+                gbuf_get(&dy, one, sizeof(float) * k->rows);
+                cr_assert(memcmp(one, got + (size_t)t * k->rows, sizeof(float) * k->rows) == 0,
+                          "%s: token %d alone differs (balance %s)", what, t, bal ? "on" : "off");
+            }
+            sd_cuda_linear_balance(was);
         }
         free(one);
         gbuf_done(&dx, what);
