@@ -36,7 +36,7 @@ typedef struct sd_cuda_backend {
                               //   on; bench_gpu_e2e's afold A/B measures it)
     bool argmax_spin;         // a forward that returns only argmaxes waits for their rows in
                               //   pinned memory instead of draining the stream (head.c); settable
-                              //   like moe_arm (bench_gpu_e2e's spin A/B measures it)
+                              //   like moe_arm (default on; bench_gpu_e2e's spin A/B measures it)
     bool cursor_in_embed;     // a host commit's cursor write (sd_state_commit, _reset) is held by
                               //   the state (cursor_stale) and made by the next forward's embedding
                               //   launch instead of a launch of its own (device.c); settable like
@@ -53,7 +53,8 @@ typedef struct sd_cuda_backend {
     // its argmaxes and draws there directly: no copy operations at either end of a step.
     int *tokens_host;            // (tokens_cap) a forward's tokens, read by the embedding
     bool tokens_idle;            // no launched kernel reads tokens_host: the last forward that
-                                 //   wrote them ended drained (false after a failed one)
+                                 //   wrote them ended drained or with its argmaxes landed (head.c;
+                                 //   every kernel before the argmax complete); false after a failed one
     int *argmax_host;            // (tokens_cap) each output row's argmax (sd_forward_opts.argmax)
     size_t tokens_cap;
     int *sampled_host;           // (sample_cap) each output row's draw (sd_forward_opts.sampled)

@@ -29,8 +29,10 @@ sd_code sd_cuda_walk(sd_cuda_backend *b, const sd_model *m, sd_state *s, const i
                      const sd_forward_opts *opts, bool advance, sd_status *st);
 // The end of sd_cuda_forward (head.c): rmsnorm + lm_head of the output rows (T, or row T-1 with
 // last_only) into the state's logits scratch, then what logits and opts ask for (logits,
-// argmax, softmax into opts->probs, draws), then the forward's one drain of b->stream: every
-// host result is valid on return. Without logits or a request of opts it only drains.
+// argmax, softmax into opts->probs, draws), then the forward's one drain of b->stream (or, when
+// argmaxes are all it returns and b->argmax_spin, their arrival in pinned memory: every kernel
+// before the argmax is complete): every host result is valid on return. Without logits or a
+// request of opts it only drains.
 // The head's launches alone: rmsnorm + lm_head of rows first .. first+n_out-1 into the state's
 // logits scratch, on b->stream, no host sync (sd_cuda_head, and the graph of graph.c). adv_T > 0:
 // with the walk's cursor advance by adv_T (in the lm_head launch when its norm is fused, else a

@@ -55,8 +55,9 @@ static bool dev_set_cursor(int *cursor, int len, int pending, void *ctx) {
     const sd_cuda_backend *b = ctx;
     if (b->cursor_in_embed) return true;
     sd_status st = {0};
+    // A failure is reported here and again by the next forward's launch check.
     if (cudaSetDevice(b->device) != cudaSuccess || sd_cuda_cursor_set(cursor, len, pending, b->stream, &st) != SD_OK)
-        fprintf(stderr, "specdec: cuda state cursor: %s\n", st.msg[0] ? st.msg : "cudaSetDevice failed"); // the next forward's launch check reports it too
+        fprintf(stderr, "specdec: cuda state cursor: %s\n", st.msg[0] ? st.msg : "cudaSetDevice failed");
     return false;
 }
 

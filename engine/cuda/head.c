@@ -1,13 +1,13 @@
 // head.c — the end of the CUDA forward (model.c's head on the device): rmsnorm + lm_head of the
 // output rows into the state's logits scratch, then each request of the caller on b->stream in
 // this order — the logits copied to the host, the argmaxes, the softmax rows (into opts->probs
-// in device memory, or in place over the scratch), the draws — then the forward's one drain
-// (or, when argmaxes are all it returns and argmax_spin, their arrival: every kernel before the
-// argmax is complete, the argmax's own exit may not be), after which the host results are
-// copied out of pinned memory (the argmax and draw kernels
-// write there directly: cuda_backend.h). The order makes the in-place
-// softmax safe: the copy and the argmax read the scratch before the softmax overwrites it.
-// Numerics are kernels/sampling.cu's: the CPU's operation order (expf may differ by an ulp).
+// in device memory, or in place over the scratch), the draws — then the forward's one drain (or,
+// when argmaxes are all it returns and argmax_spin, their arrival: every kernel before the argmax
+// is complete then, the argmax's own exit may not be), after which the host results are copied
+// out of pinned memory (the argmax and draw kernels write there directly: cuda_backend.h). The
+// order makes the in-place softmax safe: the copy and the argmax read the scratch before the
+// softmax overwrites it. Numerics are kernels/sampling.cu's: the CPU's operation order (expf may
+// differ by an ulp).
 #include <stdbool.h>
 #include <string.h>
 #include "check.h"         // SD_CUDA_CHECK
@@ -54,25 +54,27 @@ sd_code sd_cuda_head_logits(sd_cuda_backend *b, const sd_model *m, sd_state *s, 
     return sd_cuda_linear(&m->w.lm_head, x->a, n_out, x->logits, b->stream, st);
 }
 
+// Have the n argmax rows landed in pinned memory (each >= 0 over the -1 the host left)?
+static bool rows_landed(volatile const int *out, int n) {
+    for (int r = 0; r < n; r++)
+        if (out[r] < 0) return false;
+    return true;
+}
+
 // Waits for the n argmax rows in pinned memory instead of for the stream (argmax_spin): each
-// row's last argmax block writes its row (>= 0, over the -1 the host left), which reaches the
-// host before the launch's completion does. The stream is polled on the way, so a fault is
-// reported rather than waited for; a complete stream without the rows is an error too.
+// row's last argmax block writes its row, which reaches the host before the launch's completion
+// does. The stream is polled on the way, so a fault is reported rather than waited for; a
+// complete stream without the rows is an error too.
 static sd_code await_argmax(sd_cuda_backend *b, int n, sd_status *st) {
-    volatile const int *out = b->argmax_host;
-    for (unsigned spin = 1;; spin++) {
-        int r = 0;
-        while (r < n && out[r] >= 0) r++;
-        if (r == n) return SD_OK;
+    for (unsigned spin = 1; !rows_landed(b->argmax_host, n); spin++) {
         if (spin % 4096) continue;
         const cudaError_t e = cudaStreamQuery(b->stream);
         if (e == cudaErrorNotReady) continue;
         SD_CUDA_CHECK(st, e);
-        for (r = 0; r < n && out[r] >= 0; r++) {
-        }
-        if (r == n) return SD_OK;
-        return sd_fail(st, SD_ERR_SYS, "cuda head: the stream completed without argmax row %d", r);
+        if (!rows_landed(b->argmax_host, n))
+            return sd_fail(st, SD_ERR_SYS, "cuda head: the stream completed without the %d argmax rows", n);
     }
+    return SD_OK;
 }
 
 bool sd_cuda_head_launches(const float *logits, const sd_forward_opts *opts) {

@@ -373,7 +373,7 @@ sd_code sd_cuda_forward(const sd_model *m, sd_state *s, const int *tokens, int T
     memcpy(b->tokens_host, tokens, sizeof(int) * (size_t)T); // the embedding reads them there
     const bool in_head = b->advance_in_head && sd_cuda_head_launches(logits, opts); // the cursor advance
     TRY(sd_cuda_walk(b, m, s, b->tokens_host, T, opts, !in_head, st));
-    TRY(sd_cuda_head(b, m, s, T, logits, last_only, opts, in_head, st)); // head.c: ends drained, host results valid
+    TRY(sd_cuda_head(b, m, s, T, logits, last_only, opts, in_head, st)); // head.c: host results valid, the walk done
     b->tokens_idle = true;
     sd_state_advance(s, T); // the host's side of the cursor advanced above
     return SD_OK;
