@@ -27,6 +27,11 @@
 //            8.83 ms, against a block per 8 rows of every unit with L2 prefetches issued after the
 //            wait. With the readiness counters (moe.h) a down block waits for its own expert's up
 //            blocks, not for the whole up launch.
+// Where the one-token up launch stands (ncu, isolated replay, --clock-control none, 2026-12-01,
+// kimi-linear-48b-a3b): 32.3 µs alone, as in the step (no MoE down streaming beside it), DRAM 56%
+// busy (2.70 TB/s), multiprocessors active 78% of the time (2.18 waves of 1152 blocks), 7.15 warps
+// a scheduler (64 registers: 4 blocks a multiprocessor), 0.42 of them eligible — bound by the
+// bytes each multiprocessor keeps in flight and by the tail, not by its launch boundary.
 // Tried and not kept (2026-12-01): the one-token route + select's last block starting the address
 // translation of every 2 MB page of the chosen experts' gate, up and down matrices (a 16-byte L2
 // bulk prefetch per page, each thread holding its expert's table entry from before the wait):
