@@ -312,13 +312,14 @@ static sd_code launch(const sd_lin_job *jobs, int n, int t0, int T, const sd_lin
     int rpw0[LIN_MAXJOB];
     for (int i = 0; i < n; i++)
         rpw0[i] = narrow_rpw(&jobs[i], jobs[i].mode != SD_LIN_SWIGLU && (T >= 3 || norm) ? 2 : 1, sms);
-    // BULK for one or two tokens when every job can take it.
+    // BULK for one or two tokens when every job can take it, at its BULK rows a warp.
     bool bulk = T <= 2;
+    int rpws[LIN_MAXJOB];
+    memcpy(rpws, rpw0, sizeof rpws);
     for (int i = 0; i < n && bulk; i++)
         if (jobs[i].w->rows >= 1 && jobs[i].w->cols >= 1)
-            bulk = bulk_rpw(&jobs[i], rpw0[i], norm && jobs[i].x == norm->out) > 0;
-    int rpws[LIN_MAXJOB];
-    for (int i = 0; i < n; i++) rpws[i] = bulk ? bulk_rpw(&jobs[i], rpw0[i], norm && jobs[i].x == norm->out) : rpw0[i];
+            bulk = (rpws[i] = bulk_rpw(&jobs[i], rpw0[i], norm && jobs[i].x == norm->out)) > 0;
+    if (!bulk) memcpy(rpws, rpw0, sizeof rpws);
     const int wpb = bulk ? balanced_wpb(jobs, rpws, n, sms) : SD_LIN_WARPS;
     int blocks = 0;
     size_t tile = 0;

@@ -152,37 +152,6 @@ Test(cuda_graph, replay_checks_like_forward) {
     sd_model_free(&dev);
 }
 
-// Programmatic dependent launch (kernels/pdl.h) only moves launches earlier: a toy verify chunk
-// with it off, on, and captured gives the same logits bit for bit.
-Test(cuda_graph, launch_overlap_changes_no_bits, .timeout = 300) {
-    need_gpu();
-    sd_model dev;
-    device_model("configs/toy.json", &dev);
-    const int V = dev.cfg.vocab_size;
-    enum { T = 5 };
-    sd_state sa, sb;
-    int x, toks[T], aa[T], ab[T];
-    two_states(&dev, &sa, &sb, N_PROMPT + 8, T, &x);
-    random_tokens(77, V, T, toks);
-    sd_status st = {0};
-    sd_forward_opts o = {.argmax = aa};
-    sd_cuda_pdl(SD_PDL_OFF);
-    cr_assert_eq(sd_forward(&dev, &sa, toks, T, NULL, 0, &o, &st), SD_OK, "%s", st.msg);
-    sd_cuda_pdl(SD_PDL_OVERLAP);
-    o.argmax = ab;
-    cr_assert_eq(sd_forward(&dev, &sb, toks, T, NULL, 0, &o, &st), SD_OK, "%s", st.msg);
-    assert_same_step(&sa, &sb, T, V, aa, ab, "pdl off vs on", 0);
-    cr_assert_eq(sd_state_commit(&sb, 0, &st), SD_OK);
-    sd_cuda_graph g;
-    cr_assert_eq(sd_cuda_graph_capture(&dev, &sb, T, &g, &st), SD_OK, "%s", st.msg);
-    cr_assert_eq(sd_cuda_graph_forward(&g, toks, ab, &st), SD_OK, "%s", st.msg);
-    assert_same_step(&sa, &sb, T, V, aa, ab, "pdl off vs captured", 0);
-    sd_cuda_graph_free(&g);
-    sd_state_free(&sa);
-    sd_state_free(&sb);
-    sd_model_free(&dev);
-}
-
 // A switch of the walk (a backend field or a process setting) changes no bit: the same prompt
 // and steps (decode, a verify, decode, a short verify) on two states, one with it off and one
 // with it on, compared after each step (the logits and the argmaxes); then a captured
@@ -221,6 +190,7 @@ static void switch_changes_no_bits(void (*set)(sd_cuda_backend *b, bool on), con
     cr_assert_eq(sd_cuda_graph_forward(&g, &x, ab, &st), SD_OK, "%s", st.msg);
     snprintf(msg, sizeof msg, "%s: off vs captured on", what);
     assert_same_step(&sa, &sb, 1, V, aa, ab, msg, 4);
+    set(b, true); // every switch's default, process settings included
     sd_cuda_graph_free(&g);
     sd_state_free(&sa);
     sd_state_free(&sb);
@@ -243,7 +213,8 @@ SWITCH_TEST(head_norm_fused, "head norm fused")
 SWITCH_TEST(advance_in_head, "advance in head")
 // A forward returning only argmaxes waits for their rows, not the stream (head.c).
 SWITCH_TEST(argmax_spin, "argmax spin")
-// BULK Linear blocks balanced across the multiprocessors (linear.h; process-wide).
+// Process settings: BULK Linear blocks balanced across the multiprocessors (linear.h), and
+// programmatic dependent launch (kernels/pdl.h), which only moves launches earlier.
 static void set_balance(sd_cuda_backend *b, bool on) {
     (void)b;
     sd_cuda_linear_balance(on);
@@ -251,7 +222,14 @@ static void set_balance(sd_cuda_backend *b, bool on) {
 Test(cuda_graph, linear_balance_changes_no_bits, .timeout = 300) {
     need_gpu();
     switch_changes_no_bits(set_balance, "linear balance");
-    sd_cuda_linear_balance(true);
+}
+static void set_launch_overlap(sd_cuda_backend *b, bool on) {
+    (void)b;
+    sd_cuda_pdl(on ? SD_PDL_OVERLAP : SD_PDL_OFF);
+}
+Test(cuda_graph, launch_overlap_changes_no_bits, .timeout = 300) {
+    need_gpu();
+    switch_changes_no_bits(set_launch_overlap, "launch overlap");
 }
 
 // A commit from a count in device memory (the accept kernel's n, plus the bonus position) moves

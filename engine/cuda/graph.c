@@ -30,8 +30,8 @@ sd_code sd_cuda_graph_capture(const sd_model *m, sd_state *s, int T, sd_cuda_gra
     *g = (sd_cuda_graph){.model = m, .state = s, .T = T};
     SD_CUDA_CHECK(st, cudaSetDevice(b->device));
     sd_code rc = sd_cuda_cursor_sync(b, s, st); // not captured: the graph's embedding writes no cursor
-    if (cudaMallocHost((void **)&g->tokens_host, sizeof(int) * (size_t)T) != cudaSuccess ||
-        cudaMallocHost((void **)&g->argmax_host, sizeof(int) * (size_t)T) != cudaSuccess)
+    if (!rc && (cudaMallocHost((void **)&g->tokens_host, sizeof(int) * (size_t)T) != cudaSuccess ||
+                cudaMallocHost((void **)&g->argmax_host, sizeof(int) * (size_t)T) != cudaSuccess))
         rc = sd_fail(st, SD_ERR_SYS, "cuda graph: cannot allocate the token buffers: %s", cudaGetErrorString(cudaGetLastError()));
     // Zeroed tokens: a replay before any upload still reads valid ids.
     if (!rc) memset(g->tokens_host, 0, sizeof(int) * (size_t)T);

@@ -98,7 +98,7 @@ sd_code sd_cuda_head(sd_cuda_backend *b, const sd_model *m, sd_state *s, int T, 
         TRY(sd_cuda_head_logits(b, m, s, first, n_out, advance ? T : 0, st));
         if (logits)
             SD_CUDA_CHECK(st, cudaMemcpyAsync(logits, x->logits, sizeof(float) * (size_t)n_out * V, cudaMemcpyDeviceToHost, q));
-        if (argmax && spin) // the rows' arrival is the drain (await_argmax)
+        if (spin) // the rows' arrival is the drain (await_argmax)
             for (int r = 0; r < n_out; r++) b->argmax_host[r] = -1;
         if (argmax) TRY(sd_cuda_argmax(x->logits, n_out, V, b->argmax_host, x->argmax_ws, q, st));
         if (sampling) { // p rows stay on the device; n_out ints come back
