@@ -6,6 +6,7 @@
 // tokens share a launch. Device code is built with --fmad=false (CMakeLists.txt), so a*b+c
 // is two roundings, as in the CPU reference.
 #pragma once
+#include <cuda_pipeline.h> // __pipeline_memcpy_async (sd_cp_async16_pol)
 #include <cuda_runtime.h>
 #include <math.h>
 #include <nvtx3/nvToolsExt.h>
@@ -163,6 +164,37 @@ __device__ __forceinline__ void sd_widen16(const uint4 u, float *wf) {
         wf[0] = __uint_as_float(u.x); wf[1] = __uint_as_float(u.y);
         wf[2] = __uint_as_float(u.z); wf[3] = __uint_as_float(u.w);
     }
+}
+
+// L2 eviction priority of weight streams (sd_cuda_weights_evict_first, linear.h). A weight byte
+// is read once a forward and not again until the next one, 6 GB later for kimi-linear; streamed at
+// evict_first, the weights give way in L2 to what the step reads back soon — the KDA states and
+// MLA caches written a step earlier, the activations, the routing. pol 0: no hint (the plain
+// load or copy). A policy is one register, made once per thread.
+__device__ __forceinline__ uint64_t sd_l2_evict_first() {
+    uint64_t pol;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+    return pol;
+}
+__device__ __forceinline__ uint64_t sd_l2_weights(int evict_first) { return evict_first ? sd_l2_evict_first() : 0; }
+
+// A read-only 16-byte load under an L2 policy (__ldg when pol is 0).
+__device__ __forceinline__ uint4 sd_ldg_pol(const uint4 *p, uint64_t pol) {
+    if (!pol) return __ldg(p);
+    uint4 v;
+    asm("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p), "l"(pol));
+    return v;
+}
+
+// A 16-byte asynchronous copy global -> shared (__pipeline_memcpy_async's cp.async; committed and
+// waited on with __pipeline_commit / __pipeline_wait_prior) under an L2 policy.
+__device__ __forceinline__ void sd_cp_async16_pol(void *dst, const void *src, uint64_t pol) {
+    if (!pol) return __pipeline_memcpy_async(dst, src, 16);
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"((uint32_t)__cvta_generic_to_shared(dst)),
+                 "l"(src), "l"(pol)
+                 : "memory");
 }
 
 // One row of a Linear against T vectors, one warp per row. The row is cut into 16-byte chunks

@@ -44,6 +44,7 @@
 // scan it lengthens the chain.
 #include "kda.h"
 #include "common.cuh"
+#include "l2.h" // sd_cuda_weights_evict_first_on
 #include <cooperative_groups.h> // this_cluster: the folded output norm's exchange
 #include <cuda_pipeline.h>      // __pipeline_memcpy_async, _commit, _wait_prior
 
@@ -59,6 +60,7 @@
 struct kda_lowrank {
     const void *f_b, *g_b;
     int f_bf16, g_bf16, pre; // pre: both bf16, d % 8 == 0, d <= 8·LOWRANK_PRE, 16-byte aligned rows
+    int ef;                  // pre's loads at L2 evict_first (l2.h)
     const float *fa, *ga;
     float *gate, *gb;
 };
@@ -73,9 +75,10 @@ __device__ static void lowrank_row(const kda_lowrank &lr, int h, bool g, int t, 
     uint4 wv[LOWRANK_PRE];
     if (lr.pre && c < d) {
         const uint4 *src = (const uint4 *)((const uint16_t *)W + (size_t)row * d);
+        const uint64_t pol = sd_l2_weights(lr.ef);
 #pragma unroll
         for (int i = 0; i < LOWRANK_PRE; i++)
-            if (i < d / 8) wv[i] = __ldg(src + i);
+            if (i < d / 8) wv[i] = sd_ldg_pol(src + i, pol);
     }
     sd_pdl_wait_trigger();
     const float *x = (g ? lr.ga : lr.fa) + (size_t)t * d;
@@ -193,7 +196,8 @@ extern "C" sd_code sd_cuda_kda_conv(float *conv_rows, int n_rows, const float *q
     }
     const bool pre = f_b->dtype == SD_DT_BF16 && g_b->dtype == SD_DT_BF16 && d % 8 == 0 && d <= 8 * LOWRANK_PRE &&
                      (((uintptr_t)f_b->data | (uintptr_t)g_b->data) & 15) == 0;
-    const kda_lowrank lr = {f_b->data, g_b->data, f_b->dtype == SD_DT_BF16, g_b->dtype == SD_DT_BF16, pre, fa, ga, gate, gb};
+    const kda_lowrank lr = {f_b->data, g_b->data, f_b->dtype == SD_DT_BF16, g_b->dtype == SD_DT_BF16, pre,
+                            sd_cuda_weights_evict_first_on(), fa, ga, gate, gb};
     SD_CUDA_CHECK(st, sd_launch(conv_kernel, dim3(H, 5, T), sd_round32(d), sizeof(float) * (size_t)d, stream, conv_rows, n_rows,
                                 q, k, v, q_conv, k_conv, v_conv, P, d, W, pos0, settled ? 1 : 0, qc, kc, vc, lr));
     return SD_OK;

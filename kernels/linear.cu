@@ -23,6 +23,7 @@
 #include "rows.cuh" // sd_block_rmsnorm, SD_NORM_THREADS
 #include "rows.h"  // sd_cuda_rmsnorm
 #include "cursor.h" // sd_cuda_cursor_advance
+#include "l2.h"     // sd_cuda_weights_evict_first_on
 #include <string.h>
 
 #define LIN_MAXJOB 8
@@ -82,6 +83,7 @@ typedef struct {
     int wt_off, bar_off; // BULK: shared-memory offsets of the weight rows and of their barrier
     int *adv;            // a forward's cursor advance riding in the launch (adv[1] += adv_T), or NULL
     int adv_T;
+    int ef;              // stream the weights at L2 evict_first (sd_cuda_weights_evict_first)
 } lin_params;
 
 #define LIN_NORM_SMEM (32 * 1024)
@@ -158,13 +160,14 @@ linear_kernel(const __grid_constant__ lin_params p) {
     const bool glu = s.mode == SD_LIN_SWIGLU;
     const size_t esz = s.bf16 ? 2 : 4, esz2 = s.bf16_2 ? 2 : 4, pitch = (size_t)s.cols * esz, pitch2 = (size_t)s.cols * esz2;
     const int first = ((int)blockIdx.x - s.blk0) * s.wpb * s.rpw;
+    const uint64_t pol = sd_l2_weights(p.ef);
     if (BULK && threadIdx.x == 0) {
         const int nrow = min(s.wpb * s.rpw, s.rows - first);
         const uint32_t b1 = (uint32_t)(nrow * pitch), b2 = glu ? (uint32_t)(nrow * pitch2) : 0u;
         sd_bulk_init(bar);
         sd_bulk_expect(bar, b1 + b2);
-        sd_bulk_copy(wt, (const char *)s.w + (size_t)first * pitch, b1, bar);
-        if (glu) sd_bulk_copy(wt + (size_t)s.wpb * s.rpw * pitch, (const char *)s.w2 + (size_t)first * pitch2, b2, bar);
+        sd_bulk_copy_pol(wt, (const char *)s.w + (size_t)first * pitch, b1, bar, pol);
+        if (glu) sd_bulk_copy_pol(wt + (size_t)s.wpb * s.rpw * pitch, (const char *)s.w2 + (size_t)first * pitch2, b2, bar, pol);
     }
     // Many tokens: few chunks a lane in flight, so stream the block's rows into L2 first (also
     // before the wait).
@@ -197,7 +200,7 @@ linear_kernel(const __grid_constant__ lin_params p) {
         } else {
             const void *w0 = (const char *)s.w + (size_t)row * pitch;
             const void *w1 = !two ? nullptr : glu ? (const char *)s.w2 + (size_t)row * pitch2 : (const char *)w0 + pitch;
-            sd_lin_dot<TMAX>(w0, s.bf16, w1, glu ? s.bf16_2 : s.bf16, s.cols, xs, p.T, s.x_norm ? true : s.xfast, acc);
+            sd_lin_dot<TMAX>(w0, s.bf16, w1, glu ? s.bf16_2 : s.bf16, s.cols, xs, p.T, s.x_norm ? true : s.xfast, acc, pol);
         }
         lin_store<TMAX>(s, row, two, p.T, acc);
     }
@@ -299,6 +302,7 @@ static sd_code launch(const sd_lin_job *jobs, int n, int t0, int T, const sd_lin
     memset(&p, 0, sizeof p);
     p.adv = adv;
     p.adv_T = adv_T;
+    p.ef = sd_cuda_weights_evict_first_on();
     if (norm) {
         p.nx = norm->x;
         p.nw = norm->w;

@@ -51,6 +51,15 @@ __device__ __forceinline__ void sd_bulk_wait(uint64_t *bar, uint32_t parity) {
     }
 }
 
+// sd_bulk_copy under an L2 policy (common.cuh's sd_l2_weights; 0: none).
+__device__ __forceinline__ void sd_bulk_copy_pol(void *dst, const void *src, uint32_t bytes, uint64_t *bar, uint64_t pol) {
+    if (!pol) return sd_bulk_copy(dst, src, bytes, bar);
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;"
+                 ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src), "r"(bytes),
+                 "r"((uint32_t)__cvta_generic_to_shared(bar)), "l"(pol)
+                 : "memory");
+}
+
 // Elements per 16-byte chunk.
 template <bool BF16> struct sd_lin_vec { static constexpr int n = BF16 ? 8 : 4; };
 
@@ -86,7 +95,7 @@ template <int TMAX> struct sd_lin_gather {
 // SH: the rows are in shared memory (plain loads instead of the read-only global path).
 template <int TMAX, int NW, bool BF16, int U, class X, bool SH = false>
 __device__ __forceinline__ void sd_lin_dot_fast(const char *const *w, int cols, const X &xs, int n,
-                                                float (*acc)[TMAX]) {
+                                                float (*acc)[TMAX], uint64_t pol = 0) {
     constexpr int VEC = sd_lin_vec<BF16>::n;
     const int lane = threadIdx.x & 31, nchunk = cols / VEC;
     for (int c0 = lane; c0 < nchunk; c0 += 32 * U) {
@@ -96,7 +105,7 @@ __device__ __forceinline__ void sd_lin_dot_fast(const char *const *w, int cols, 
 #pragma unroll
             for (int r = 0; r < NW; r++)
                 if (c0 + 32 * u < nchunk)
-                    wv[r][u] = SH ? ((const uint4 *)w[r])[c0 + 32 * u] : __ldg((const uint4 *)w[r] + c0 + 32 * u);
+                    wv[r][u] = SH ? ((const uint4 *)w[r])[c0 + 32 * u] : sd_ldg_pol((const uint4 *)w[r] + c0 + 32 * u, pol);
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int c = c0 + 32 * u;
@@ -158,15 +167,16 @@ template <int TMAX> struct sd_lin_unroll {
 
 // One or two weight rows (dtype known at run time, warp-uniform) against n input rows: the
 // entry point the kernels use. w1 may be NULL (one row). xfast: every input row 16-byte aligned.
+// pol: the weight loads' L2 policy (common.cuh's sd_l2_weights; 0: none).
 template <int TMAX, class X, int U1 = sd_lin_unroll<TMAX>::one, int U2 = sd_lin_unroll<TMAX>::two>
 __device__ __forceinline__ void sd_lin_dot(const void *w0, bool bf0, const void *w1, bool bf1, int cols, const X &xs,
-                                           int n, bool xfast, float (*acc)[TMAX]) {
+                                           int n, bool xfast, float (*acc)[TMAX], uint64_t pol = 0) {
     if (w1 && bf0 == bf1 && xfast) {
         const char *w[2] = {(const char *)w0, (const char *)w1};
         if (bf0 && sd_lin_fast_w<true>(w0, cols) && sd_lin_fast_w<true>(w1, cols))
-            return sd_lin_dot_fast<TMAX, 2, true, U2>(w, cols, xs, n, acc);
+            return sd_lin_dot_fast<TMAX, 2, true, U2>(w, cols, xs, n, acc, pol);
         if (!bf0 && sd_lin_fast_w<false>(w0, cols) && sd_lin_fast_w<false>(w1, cols))
-            return sd_lin_dot_fast<TMAX, 2, false, U2>(w, cols, xs, n, acc);
+            return sd_lin_dot_fast<TMAX, 2, false, U2>(w, cols, xs, n, acc, pol);
     }
     const void *ws[2] = {w0, w1};
     const bool bs[2] = {bf0, bf1};
@@ -175,10 +185,10 @@ __device__ __forceinline__ void sd_lin_dot(const void *w0, bool bf0, const void 
         if (r == 1 && !w1) break;
         const char *w[1] = {(const char *)ws[r]};
         if (bs[r]) {
-            if (xfast && sd_lin_fast_w<true>(ws[r], cols)) sd_lin_dot_fast<TMAX, 1, true, U1>(w, cols, xs, n, acc + r);
+            if (xfast && sd_lin_fast_w<true>(ws[r], cols)) sd_lin_dot_fast<TMAX, 1, true, U1>(w, cols, xs, n, acc + r, pol);
             else sd_lin_dot_any<TMAX, true>(ws[r], cols, xs, n, acc[r]);
         } else {
-            if (xfast && sd_lin_fast_w<false>(ws[r], cols)) sd_lin_dot_fast<TMAX, 1, false, U1>(w, cols, xs, n, acc + r);
+            if (xfast && sd_lin_fast_w<false>(ws[r], cols)) sd_lin_dot_fast<TMAX, 1, false, U1>(w, cols, xs, n, acc + r, pol);
             else sd_lin_dot_any<TMAX, false>(ws[r], cols, xs, n, acc[r]);
         }
     }

@@ -32,6 +32,7 @@
 #include "mla.h"
 #include "rows.cuh"
 #include "state.h" // SD_MLA_SPLIT
+#include "l2.h"    // sd_cuda_weights_evict_first_on
 
 #define MLA_COLS 64 // absorb: latent columns per block
 #define MLA_IG 4    // absorb: W_UK rows per partial sum of q̃
@@ -100,7 +101,7 @@ __device__ static void cache_write_token(const sd_mla_write &wr, int t, int pos,
 template <bool BF16, bool VEC>
 static __global__ void __launch_bounds__(MLA_THREADS)
 absorb_kernel(float *__restrict__ mq, const void *__restrict__ kvb, int Hm, int dn, int dr, int dv, int R, sd_dev_pos at,
-              sd_mla_write wr, int fold, float *__restrict__ c, float *__restrict__ kpe, float *__restrict__ qabs) {
+              sd_mla_write wr, int fold, float *__restrict__ c, float *__restrict__ kpe, float *__restrict__ qabs, int ef) {
     sd_pdl_trigger();
     const int t = blockIdx.z, h = blockIdx.y, tid = threadIdx.x;
     if (fold && (int)blockIdx.x == (int)gridDim.x - 1) { // the cache write of token t (head 0's spare block)
@@ -115,11 +116,12 @@ absorb_kernel(float *__restrict__ mq, const void *__restrict__ kvb, int Hm, int 
     if (VEC) {
         const int c8 = tid % 8, gq = tid / 8, col = c0 + 8 * c8;
         const bool live = col < R; // R % 8 == 0: all 8 columns or none
+        const uint64_t pol = sd_l2_weights(ef);
         uint4 wv[MLA_IG];
 #pragma unroll
         for (int e = 0; e < MLA_IG; e++) {
             const int i = gq * MLA_IG + e;
-            wv[e] = live && i < dn ? __ldg((const uint4 *)((const uint16_t *)kvb + (row0 + i) * R + col)) : make_uint4(0, 0, 0, 0);
+            wv[e] = live && i < dn ? sd_ldg_pol((const uint4 *)((const uint16_t *)kvb + (row0 + i) * R + col), pol) : make_uint4(0, 0, 0, 0);
         }
         sd_pdl_wait();
         const float *qh = mq + ((size_t)t * Hm + h) * (dn + dr);
@@ -131,7 +133,7 @@ absorb_kernel(float *__restrict__ mq, const void *__restrict__ kvb, int Hm, int 
             for (int e = 0; e < MLA_IG; e++) {
                 const int i = g * MLA_IG + e;
                 if (i >= dn) break;
-                const uint4 u = g == gq ? wv[e] : (live ? __ldg((const uint4 *)((const uint16_t *)kvb + (row0 + i) * R + col))
+                const uint4 u = g == gq ? wv[e] : (live ? sd_ldg_pol((const uint4 *)((const uint16_t *)kvb + (row0 + i) * R + col), pol)
                                                         : make_uint4(0, 0, 0, 0));
                 float wf[8];
                 sd_widen16<true>(u, wf);
@@ -389,7 +391,7 @@ static size_t merge_smem(int R, int es) { return ((size_t)MLA_VR * R * es + 15) 
 template <bool BF16>
 static __global__ void __launch_bounds__(MLA_THREADS)
 merge_kernel(const void *__restrict__ kvb, const float *__restrict__ part, int Hm, int dn, int dv, int R, sd_dev_pos at,
-             int vec, float *__restrict__ mo) {
+             int vec, float *__restrict__ mo, int ef) {
     sd_pdl_trigger();
     constexpr int ES = BF16 ? 2 : 4;
     extern __shared__ __align__(16) unsigned char smb[];
@@ -400,7 +402,8 @@ merge_kernel(const void *__restrict__ kvb, const float *__restrict__ part, int H
     // This block's W_UV rows (contiguous in kv_b) into shared memory, before the wait.
     const unsigned char *src = (const unsigned char *)kvb + (size_t)(h * (dn + dv) + dn + v0) * R * ES;
     if (vec) {
-        for (int e = tid; e < nv * R * ES / 16; e += MLA_THREADS) __pipeline_memcpy_async(wuv + 16 * e, src + 16 * e, 16);
+        const uint64_t pol = sd_l2_weights(ef);
+        for (int e = tid; e < nv * R * ES / 16; e += MLA_THREADS) sd_cp_async16_pol(wuv + 16 * e, src + 16 * e, pol);
         __pipeline_commit();
     } else {
         for (int e = tid; e < nv * R * ES; e += MLA_THREADS) wuv[e] = src[e];
@@ -468,10 +471,10 @@ extern "C" sd_code sd_cuda_mla_attend(float *mq, const sd_mat *kv_b, float *c, f
     const bool bf16 = kv_b->dtype == SD_DT_BF16;
     const int es = bf16 ? 2 : 4;
     const sd_mla_write none = {0};
-    const int fold = write != NULL;
+    const int fold = write != NULL, ef = sd_cuda_weights_evict_first_on();
     const dim3 ga(sd_ceil_div(R, MLA_COLS) + fold, Hm, T);
     const bool avec = bf16 && R % 8 == 0 && ((uintptr_t)kv_b->data & 15) == 0;
-    void (*absorb)(float *, const void *, int, int, int, int, int, sd_dev_pos, sd_mla_write, int, float *, float *, float *) =
+    void (*absorb)(float *, const void *, int, int, int, int, int, sd_dev_pos, sd_mla_write, int, float *, float *, float *, int) =
         avec ? absorb_kernel<true, true> : bf16 ? absorb_kernel<true, false> : absorb_kernel<false, false>;
     // Each of the three launches asks for the largest shared-memory carveout, so the blocks of the
     // launch after it (the next MLA step, then o_proj's 64 KB weight copies) can become resident
@@ -479,8 +482,9 @@ extern "C" sd_code sd_cuda_mla_attend(float *mq, const sd_mat *kv_b, float *c, f
     // 2.499-2.506 ms, a graph replay 2.436-2.441 -> 2.432-2.435. (The same for the KDA conv, scan
     // and out kernels: 2.510-2.528, the KDA mixer 40.2-40.5 -> 41.9-43.5 µs; for the T <= 2 BULK
     // Linear: 2.522-2.537.)
-    SD_CUDA_CHECK(st, sd_prefer_shared((const void *)absorb));    SD_CUDA_CHECK(st, sd_launch(absorb, ga, MLA_THREADS, 0, stream, mq, kv_b->data, Hm, dn, dr, dv, R, pos0, write ? *write : none,
-                                fold, c, kpe, qabs));
+    SD_CUDA_CHECK(st, sd_prefer_shared((const void *)absorb));
+    SD_CUDA_CHECK(st, sd_launch(absorb, ga, MLA_THREADS, 0, stream, mq, kv_b->data, Hm, dn, dr, dv, R, pos0, write ? *write : none,
+                                fold, c, kpe, qabs, ef));
     const size_t ss = split_smem(R, dr);
     const int vec = R % 4 == 0 && dr % 4 == 0 && ((uintptr_t)c & 15) == 0 && ((uintptr_t)kpe & 15) == 0;
     const int per = (R + 31) / 32;
@@ -499,9 +503,9 @@ extern "C" sd_code sd_cuda_mla_attend(float *mq, const sd_mat *kv_b, float *c, f
     const dim3 gm(sd_ceil_div(dv, MLA_VR), Hm, T);
     SD_CUDA_CHECK(st, sd_prefer_shared(bf16 ? (const void *)merge_kernel<true> : (const void *)merge_kernel<false>));
     const cudaError_t e = bf16 ? sd_launch(merge_kernel<true>, gm, MLA_THREADS, merge_smem(R, es), stream, kv_b->data, (const float *)part, Hm, dn,
-                                   dv, R, pos0, mvec, mo)
+                                   dv, R, pos0, mvec, mo, ef)
                        : sd_launch(merge_kernel<false>, gm, MLA_THREADS, merge_smem(R, es), stream, kv_b->data, (const float *)part, Hm, dn,
-                         dv, R, pos0, mvec, mo);
+                         dv, R, pos0, mvec, mo, ef);
     SD_CUDA_CHECK(st, e);
     SD_LAUNCH_CHECK(st);
     return SD_OK;

@@ -104,6 +104,7 @@
 #include "moe.h"
 #include "linear.cuh"
 #include "linear.h"
+#include "l2.h" // sd_cuda_weights_evict_first_on
 #include "rows.cuh" // sd_block_rmsnorm (the fused norm of the route + select launch)
 #include <cuda/atomic> // cuda::atomic_ref: the readiness counters' acquire
 #include <string.h>
@@ -524,6 +525,7 @@ typedef struct {
     float *w;
     int *groups, *ticket, *ready;
     size_t x_off, key_off, bar_off; // shared-memory layout: the rows at 0, then x, the selection's keys, the barrier
+    int ef;                         // the router rows copied at L2 evict_first (l2.h)
 } route_select_params;
 
 // Measured (bench_gpu_e2e, kimi-linear-48b-a3b, one run, three rounds each): decode 2.614-2.624 ->
@@ -556,7 +558,7 @@ static __global__ void __launch_bounds__(SD_LIN_WARPS * 32) route_select_kernel(
     if (threadIdx.x == 0) {
         sd_bulk_init(bar);
         sd_bulk_expect(bar, (uint32_t)(nrow * pitch));
-        sd_bulk_copy(rows, (const char *)p.router + r0 * pitch, (uint32_t)(nrow * pitch), bar);
+        sd_bulk_copy_pol(rows, (const char *)p.router + r0 * pitch, (uint32_t)(nrow * pitch), bar, sd_l2_weights(p.ef));
     }
     const int q = threadIdx.x;
     const float b = q < p.E ? p.bias[q] : 0.0f; // the selection's bias (the last block's)
@@ -620,6 +622,7 @@ extern "C" sd_code sd_cuda_moe_route_select(const float *router, const float *bi
     if (norm) { p.nw = norm->w; p.eps = norm->eps; p.nout = norm->out; }
     p.E = E; p.D = D; p.K = K; p.renormalize = renormalize ? 1 : 0; p.scaling = scaling;
     p.logits = logits; p.sel = sel; p.w = w; p.groups = groups; p.ticket = ticket; p.ready = ready;
+    p.ef = sd_cuda_weights_evict_first_on();
     p.x_off = (size_t)RS_ROWS * D * 4;
     p.key_off = (p.x_off + sizeof(float) * D + 15) & ~(size_t)15;
     p.bar_off = (p.key_off + select_rank_smem(1, K, E) + 15) & ~(size_t)15;
@@ -649,6 +652,7 @@ typedef struct {
     int *ready;       // moe.h: (E + 2) readiness counters, or NULL (the down launch waits for the up launch)
     int up_routed, up_shared; // down, with ready: the up blocks that count into a routed expert's and
                               // the shared expert's counter (0: hs was written before the selection)
+    int ef;                   // stream the expert weights at L2 evict_first (sd_cuda_weights_evict_first)
 } moe_params;
 
 // Block: UP_ROWS rows r0.. of the group's expert; warp 2i computes gate rows r0+2i and r0+2i+1,
@@ -696,12 +700,13 @@ moe_up_kernel(const __grid_constant__ moe_params p, int g_lo, int ent_lo, int en
     const bool bulk = BULK && ex.gate_bf16 && ex.up_bf16 && p.xfast && pb % 16 == 0 && ((uintptr_t)ex.gate & 15) == 0 &&
                       ((uintptr_t)ex.up & 15) == 0; // block-uniform
     uint64_t *bar = (uint64_t *)(up_sm + 2 * UP_ROWS * pb);
+    const uint64_t pol = sd_l2_weights(p.ef);
     if (bulk && threadIdx.x == 0) {
         const int r0 = blockIdx.x * UP_ROWS, nrow = min(UP_ROWS, rows - r0);
         sd_bulk_init(bar);
         sd_bulk_expect(bar, (uint32_t)(2 * nrow * pb));
-        sd_bulk_copy(up_sm, (const char *)ex.gate + (size_t)r0 * pb, (uint32_t)(nrow * pb), bar);
-        sd_bulk_copy(up_sm + UP_ROWS * pb, (const char *)ex.up + (size_t)r0 * pb, (uint32_t)(nrow * pb), bar);
+        sd_bulk_copy_pol(up_sm, (const char *)ex.gate + (size_t)r0 * pb, (uint32_t)(nrow * pb), bar, pol);
+        sd_bulk_copy_pol(up_sm + UP_ROWS * pb, (const char *)ex.up + (size_t)r0 * pb, (uint32_t)(nrow * pb), bar, pol);
     }
     if (BULK) __syncthreads(); // the barrier is initialised before any thread waits on it
     const char *wrow = bulk ? (const char *)up_sm + (half ? UP_ROWS * pb : 0) + (size_t)i * pb
@@ -734,7 +739,7 @@ moe_up_kernel(const __grid_constant__ moe_params p, int g_lo, int ent_lo, int en
             // default depth, within its register budget.)
             constexpr int U = TMAX == 1 && !BULK ? 4 : sd_lin_unroll<TMAX>::one;
             constexpr int U2 = TMAX == 1 && !BULK ? 2 : sd_lin_unroll<TMAX>::two;
-            if (live) sd_lin_dot<TMAX, sd_lin_gather<TMAX>, U, U2>(wrow, bf, wrow1, bf, p.D, xs, n, p.xfast, acc);
+            if (live) sd_lin_dot<TMAX, sd_lin_gather<TMAX>, U, U2>(wrow, bf, wrow1, bf, p.D, xs, n, p.xfast, acc, pol);
         }
 #pragma unroll
         for (int t = 0; t < TMAX; t++) {
@@ -899,7 +904,7 @@ moe_down_kernel(const __grid_constant__ moe_params p, int ent_lo, int ent_hi, in
         const uint32_t bytes = (uint32_t)(nrow * (size_t)d.cols * 2);
         sd_bulk_init(&bar);
         sd_bulk_expect(&bar, bytes);
-        sd_bulk_copy(down_sm, d.w, bytes, &bar);
+        sd_bulk_copy_pol(down_sm, d.w, bytes, &bar, sd_l2_weights(p.ef));
     }
     sd_pdl_trigger();
     if (!p.ready) sd_pdl_wait();
@@ -960,6 +965,7 @@ static moe_params params_of(const sd_cuda_moe_args *a) {
     p.accumulate = a->accumulate;
     p.xfast = aligned16(a->x) && a->D % 4 == 0;
     p.ready = a->ready;
+    p.ef = sd_cuda_weights_evict_first_on();
     return p;
 }
 

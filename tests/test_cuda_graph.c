@@ -13,6 +13,7 @@ Test(cuda_graph, suite) { cr_skip_test("CUDA backend not built (no toolkit or -D
 #include "cuda_graph.h"
 #include "cursor.h" // sd_cuda_cursor_commit
 #include "linear.h" // sd_cuda_linear_balance
+#include "l2.h"     // sd_cuda_weights_evict_first
 #include "pdl.h"    // sd_cuda_pdl
 
 static void need_gpu(void) {
@@ -213,24 +214,21 @@ SWITCH_TEST(head_norm_fused, "head norm fused")
 SWITCH_TEST(advance_in_head, "advance in head")
 // A forward returning only argmaxes waits for their rows, not the stream (head.c).
 SWITCH_TEST(argmax_spin, "argmax spin")
-// Process settings: BULK Linear blocks balanced across the multiprocessors (linear.h), and
-// programmatic dependent launch (kernels/pdl.h), which only moves launches earlier.
-static void set_balance(sd_cuda_backend *b, bool on) {
-    (void)b;
-    sd_cuda_linear_balance(on);
-}
-Test(cuda_graph, linear_balance_changes_no_bits, .timeout = 300) {
-    need_gpu();
-    switch_changes_no_bits(set_balance, "linear balance");
-}
-static void set_launch_overlap(sd_cuda_backend *b, bool on) {
-    (void)b;
-    sd_cuda_pdl(on ? SD_PDL_OVERLAP : SD_PDL_OFF);
-}
-Test(cuda_graph, launch_overlap_changes_no_bits, .timeout = 300) {
-    need_gpu();
-    switch_changes_no_bits(set_launch_overlap, "launch overlap");
-}
+// Process settings: BULK Linear blocks balanced across the multiprocessors (linear.h), weights
+// streamed at L2 evict_first (l2.h), and programmatic dependent launch (kernels/pdl.h), which
+// only moves launches earlier.
+#define PROCESS_SWITCH_TEST(name, set_call, what)                                                 \
+    static void set_##name(sd_cuda_backend *b, bool on) {                                         \
+        (void)b;                                                                                  \
+        set_call;                                                                                 \
+    }                                                                                             \
+    Test(cuda_graph, name##_changes_no_bits, .timeout = 300) {                                    \
+        need_gpu();                                                                               \
+        switch_changes_no_bits(set_##name, what);                                                 \
+    }
+PROCESS_SWITCH_TEST(linear_balance, sd_cuda_linear_balance(on), "linear balance")
+PROCESS_SWITCH_TEST(weights_evict_first, sd_cuda_weights_evict_first(on), "weights evict first")
+PROCESS_SWITCH_TEST(launch_overlap, sd_cuda_pdl(on ? SD_PDL_OVERLAP : SD_PDL_OFF), "launch overlap")
 
 // A commit from a count in device memory (the accept kernel's n, plus the bonus position) moves
 // the cursor exactly as the host's commit does, and the next forward sees the same state.
