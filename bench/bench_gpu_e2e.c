@@ -27,7 +27,10 @@
 //   6. at T = 1, the RMSNorm fused into a sublayer's first launch against norm kernel + launch.
 // Prints a table and one JSON line per row ("bench":"gpu_e2e").
 // usage: bench_gpu_e2e [--config NAME]... [--ctx N] [--reps N] [--kmax K] [--seed S] [--ab-pairs N] [--eager] [--profile]
-//        (NAME: a file in configs/ without .json; default toy and kimi-linear-48b-a3b). --profile:
+//                      [--ab-only NAME,...] [--on NAME] [--off NAME]
+//        (NAME: a file in configs/ without .json; default toy and kimi-linear-48b-a3b). --ab-only:
+//        only the decode rows (stream, graph) and those variants' A/B; --on/--off: a variant set
+//        before anything is timed. --profile:
 //        after the prefill, only one decode step, one verify pass, one decode step replayed
 //        from a captured graph and one decode step with the KDA output norm in its own launch
 //        (steps 0-3) between cudaProfilerStart and Stop (for `ncu --profile-from-start off` and
@@ -45,6 +48,7 @@
 #include "cuda_layers.h"  // sd_cuda_kda_forward, sd_cuda_mla_forward, sd_cuda_moe_forward
 #include "cuda_synth.h"   // sd_cuda_model_synth
 #include "linear.h"       // sd_cuda_linear, sd_cuda_linear_multi(_norm)
+#include "l2.h"           // sd_cuda_weights_evict_first
 #include "pdl.h"          // sd_cuda_pdl
 #include "rows.h"         // sd_cuda_rmsnorm
 #include "model.h"
@@ -200,6 +204,9 @@ static double layer_bytes(const sd_model *m, int layer, bool ffn, int distinct) 
 // ---------------------------------------------------------------------------- one config
 typedef struct {
     int ctx, reps, kmax, eager, profile, ab_pairs;
+    const char *ab_only;      // --ab-only: the T = 1 rows and these variants' A/B only (comma list)
+    const char *set_on[8], *set_off[8]; // --on / --off NAME: variants set before anything is timed
+    int n_on, n_off;
     uint64_t seed;
     double bw;
     char device[256];
@@ -259,9 +266,11 @@ static void timed_step(const sd_model *dev, sd_state *s, const int *toks, int T,
 // ab_pairs times.
 typedef struct {
     const char *name, *what;
-    size_t field;            // offsetof(sd_cuda_backend, the switch), when set is NULL
-    bool (*set)(bool on);    // a process setting: sets it, returns the previous one
+    size_t field;                               // offsetof(sd_cuda_backend, the switch), when set is NULL
+    bool (*set)(sd_cuda_backend *b, bool on);   // otherwise: sets it, returns the previous one
 } variant;
+static bool set_balance(sd_cuda_backend *b, bool on) { (void)b; return sd_cuda_linear_balance(on); }
+static bool set_evict_first(sd_cuda_backend *b, bool on) { (void)b; return sd_cuda_weights_evict_first(on); }
 static const variant variants[] = {
     {"kfold", "the KDA output norm folded into the scan's launch (walk.c)", offsetof(sd_cuda_backend, kda_norm_in_scan), NULL},
     {"cfold", "a commit's cursor write in the next embedding launch (device.c)", offsetof(sd_cuda_backend, cursor_in_embed), NULL},
@@ -269,13 +278,14 @@ static const variant variants[] = {
     {"afold", "the walk's cursor advance in the lm_head launch (head.c)", offsetof(sd_cuda_backend, advance_in_head), NULL},
     {"spin", "the forward waiting for its argmaxes in pinned memory, not the stream (head.c)",
      offsetof(sd_cuda_backend, argmax_spin), NULL},
-    {"bal", "BULK Linear blocks balanced across the multiprocessors (linear.cu)", 0, sd_cuda_linear_balance},
+    {"bal", "BULK Linear blocks balanced across the multiprocessors (linear.cu)", 0, set_balance},
+    {"ef", "weights streamed at L2 evict_first (l2.h)", 0, set_evict_first},
 };
 #define N_VARIANTS (int)(sizeof variants / sizeof variants[0])
 
 // Sets variant v on or off; returns its previous setting.
 static bool set_variant(sd_cuda_backend *b, const variant *v, bool on) {
-    if (v->set) return v->set(on);
+    if (v->set) return v->set(b, on);
     bool *sw = (bool *)((char *)b + v->field), was = *sw;
     *sw = on;
     return was;
@@ -534,10 +544,20 @@ static void norm_fusion(const char *config, const sd_model *dev, sd_state *s, in
 // both: the stream-launched decode step and its graph replay; then the largest verify off once.
 // One verdict line (and its JSON) per decode arm: what the variant saves.
 #define AB_PAIRS_MAX 16
+// Is NAME in the comma list (NULL: every name)?
+static bool listed(const char *list, const char *name) {
+    if (!list) return true;
+    const size_t n = strlen(name);
+    for (const char *p = list; (p = strstr(p, name)); p += n)
+        if ((p == list || p[-1] == ',') && (p[n] == 0 || p[n] == ',')) return true;
+    return false;
+}
+
 static void ab_pairs(const char *name, const sd_model *dev, sd_state *s, const bench_opts *o) {
     sd_cuda_backend *b = sd_cuda_backend_of(dev);
     for (int v = 0; v < N_VARIANTS; v++) {
         const variant *V = &variants[v];
+        if (!listed(o->ab_only, V->name)) continue;
         const bool given = set_variant(b, V, true);
         for (int a = 0; a < 2; a++) {
             const step_arm arm = a ? ARM_GRAPH : ARM_DEVICE;
@@ -561,7 +581,7 @@ static void ab_pairs(const char *name, const sd_model *dev, sd_state *s, const b
                    name, V->name, arm_name[arm], np, mean[1], mean[0], saved_us);
         }
         set_variant(b, V, false);
-        measure(name, dev, s, o->kmax + 1, ARM_DEVICE, o);
+        if (!o->ab_only) measure(name, dev, s, o->kmax + 1, ARM_DEVICE, o);
         set_variant(b, V, given);
     }
     fflush(stdout);
@@ -594,6 +614,13 @@ static void run_config(const char *name, const bench_opts *o) {
     printf("{\"bench\":\"gpu_e2e_setup\",\"config\":\"%s\",\"weights_bytes\":%zu,\"synth_ms\":%.1f,\"prefill_ms\":%.1f,"
            "\"ctx\":%d}\n",
            name, dev.w.arena_bytes, t_synth, t_prefill, o->ctx);
+    sd_cuda_backend *bk = sd_cuda_backend_of(&dev);
+    for (int v = 0; v < N_VARIANTS; v++) {
+        for (int i = 0; i < o->n_on; i++)
+            if (!strcmp(o->set_on[i], variants[v].name)) set_variant(bk, &variants[v], true);
+        for (int i = 0; i < o->n_off; i++)
+            if (!strcmp(o->set_off[i], variants[v].name)) set_variant(bk, &variants[v], false);
+    }
     printf("%-22s %-6s %2s %9s %9s %8s %7s %8s %7s\n", "config", "arm", "T", "ms_med", "ms_min", "GB", "exp/lyr", "GB/s",
            "%roof");
     if (o->profile) {
@@ -618,6 +645,15 @@ static void run_config(const char *name, const bench_opts *o) {
         b->kda_norm_in_scan = given;
         CK(cudaProfilerStop());
         sd_cuda_graph_free(&g1);
+        free(prompt);
+        sd_state_free(&s);
+        sd_model_free(&dev);
+        return;
+    }
+    if (o->ab_only) { // the decode rows, then only the variants asked for
+        measure(name, &dev, &s, 1, ARM_DEVICE, o);
+        measure(name, &dev, &s, 1, ARM_GRAPH, o);
+        ab_pairs(name, &dev, &s, o);
         free(prompt);
         sd_state_free(&s);
         sd_model_free(&dev);
@@ -659,9 +695,21 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--ab-pairs") && i + 1 < argc) o.ab_pairs = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--eager")) o.eager = 1;
         else if (!strcmp(argv[i], "--profile")) o.profile = 1;
+        else if (!strcmp(argv[i], "--ab-only") && i + 1 < argc) o.ab_only = argv[++i];
+        else if (!strcmp(argv[i], "--on") && i + 1 < argc && o.n_on < 8) o.set_on[o.n_on++] = argv[++i];
+        else if (!strcmp(argv[i], "--off") && i + 1 < argc && o.n_off < 8) o.set_off[o.n_off++] = argv[++i];
         else {
             fprintf(stderr, "usage: bench_gpu_e2e [--config NAME]... [--ctx N] [--reps N] [--kmax K] [--seed S] [--ab-pairs N] "
-                            "[--eager] [--profile]\n");
+                            "[--eager] [--profile] [--ab-only NAME,...] [--on NAME] [--off NAME]\n");
+            return 2;
+        }
+    }
+    for (int i = 0; i < o.n_on + o.n_off; i++) {
+        const char *nm = i < o.n_on ? o.set_on[i] : o.set_off[i - o.n_on];
+        bool known = false;
+        for (int v = 0; v < N_VARIANTS; v++) known = known || !strcmp(nm, variants[v].name);
+        if (!known) {
+            fprintf(stderr, "bench_gpu_e2e: --on/--off %s: no such variant\n", nm);
             return 2;
         }
     }
