@@ -12,8 +12,9 @@
 //      then what a decode step's launches cost the host alone (host_cost: enqueued behind a long
 //      memset; every stream row also says when its step's last launch was enqueued, "enqueued");
 //      then each switchable variant of the walk off against on (ab_pairs: decode and its graph in
-//      alternating pairs; rows with a variant off are labelled "-NAME": "-kfold" the KDA output
-//      norm in a launch of its own);
+//      alternating pairs; rows with a variant off that is on by default are labelled "-NAME",
+//      "-kfold" the KDA output norm in a launch of its own, and "+NAME" one on that is off by
+//      default);
 //   3. the bytes a step must move: every weight read once (embedding rows of the T tokens, every
 //      non-expert tensor, lm_head), the DISTINCT routed experts the step's tokens select (counted
 //      from the routing of the same step, per layer, through opts.on_route), the KDA state read
@@ -261,9 +262,9 @@ static void timed_step(const sd_model *dev, sd_state *s, const int *toks, int T,
     OKS(sd_state_commit(s, 0, &st_));
 }
 
-// The walk's switchable variants, each a bool of sd_cuda_backend or a process setting, on by
-// default, the same bits on and off: what bench rows label with "-NAME" while it is off, and what
-// ab_pairs times.
+// The walk's switchable variants, each a bool of sd_cuda_backend or a process setting, the same
+// bits on and off: what bench rows label with "-NAME" while one on by default is off (or "+NAME"
+// while one off by default is on), and what ab_pairs times.
 typedef struct {
     const char *name, *what;
     size_t field;                               // offsetof(sd_cuda_backend, the switch), when set is NULL
@@ -282,6 +283,8 @@ static const variant variants[] = {
     {"ef", "weights streamed at L2 evict_first (l2.h)", 0, set_evict_first},
 };
 #define N_VARIANTS (int)(sizeof variants / sizeof variants[0])
+static bool variant_default[N_VARIANTS]; // as the first backend came, before --on/--off (run_config)
+static bool variant_default_known;
 
 // Sets variant v on or off; returns its previous setting.
 static bool set_variant(sd_cuda_backend *b, const variant *v, bool on) {
@@ -291,13 +294,13 @@ static bool set_variant(sd_cuda_backend *b, const variant *v, bool on) {
     return was;
 }
 
-// "-NAME" for each variant that is off.
+// "-NAME" for each variant off against its default, "+NAME" for each on against it.
 static void variant_suffix(sd_cuda_backend *b, char *out, size_t n) {
     out[0] = 0;
     for (int i = 0; i < N_VARIANTS; i++) {
         const bool on = set_variant(b, &variants[i], true);
         set_variant(b, &variants[i], on);
-        if (!on) snprintf(out + strlen(out), n - strlen(out), "-%s", variants[i].name);
+        if (on != variant_default[i]) snprintf(out + strlen(out), n - strlen(out), "%c%s", on ? '+' : '-', variants[i].name);
     }
 }
 
@@ -615,6 +618,11 @@ static void run_config(const char *name, const bench_opts *o) {
            "\"ctx\":%d}\n",
            name, dev.w.arena_bytes, t_synth, t_prefill, o->ctx);
     sd_cuda_backend *bk = sd_cuda_backend_of(&dev);
+    for (int v = 0; v < N_VARIANTS && !variant_default_known; v++) {
+        variant_default[v] = set_variant(bk, &variants[v], true);
+        set_variant(bk, &variants[v], variant_default[v]);
+    }
+    variant_default_known = true;
     for (int v = 0; v < N_VARIANTS; v++) {
         for (int i = 0; i < o->n_on; i++)
             if (!strcmp(o->set_on[i], variants[v].name)) set_variant(bk, &variants[v], true);

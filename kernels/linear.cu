@@ -251,16 +251,20 @@ static int bulk_rpw(const sd_lin_job *j, int rpw, bool x_norm) {
     return 0;
 }
 
-// Warps of a BULK block that take rows (the same for every job of the launch): SD_LIN_WARPS unless
-// fewer put at least LIN_BALANCE_GAIN less weight on the busiest multiprocessor. The grid's
+// Warps of a BULK block that take rows (the same for every job of the launch): with the balance on
+// (sd_cuda_linear_balance), SD_LIN_WARPS unless fewer put at least LIN_BALANCE_GAIN less weight on
+// the busiest multiprocessor. The grid's
 // blocks spread evenly, so that one holds ceil(blocks / sms) of them: kimi-linear's o_projs (2304
 // rows of 8 KB) take 288 blocks of 8 rows, three on some multiprocessors and two on the rest, and
 // 384 blocks of 6 rows three on nearly all (144 KB against 192); its MLA q + kv_a projections 480
-// blocks of 14 rows instead of 420 of 16 (258 KB against 295). Off (sd_cuda_linear_balance):
-// always SD_LIN_WARPS. Measured on the H200 (bench_gpu_e2e kimi-linear-48b-a3b, five alternating
-// pairs, 2026-12-01): decode 2.502 -> 2.499 ms (pairs +4.9 .. -0.7 µs), a graph replay 2.426 -> 2.422.
+// blocks of 14 rows instead of 420 of 16 (258 KB against 295). Off (the default): always
+// SD_LIN_WARPS. Measured on the H200 (bench_gpu_e2e kimi-linear-48b-a3b, alternating pairs): on
+// 2026-12-01, decode 2.502 -> 2.499 ms (five pairs, +4.9 .. -0.7 µs), a graph replay 2.426 ->
+// 2.422; once the weights streamed at L2 evict_first (l2.h, 2026-12-02), decode 2.457 -> 2.463
+// (five pairs, every one slower: -13.5 .. -2.6 µs) and 2.447 -> 2.452 (three), a graph replay
+// 2.388 either way and 2.390 -> 2.388 — so it is off.
 #define LIN_BALANCE_GAIN 0.05
-static bool g_balance = true;
+static bool g_balance = false;
 extern "C" bool sd_cuda_linear_balance(bool on) {
     const bool was = g_balance;
     g_balance = on;

@@ -62,8 +62,9 @@ sd_code sd_cuda_linear_multi_norm_advance(const sd_lin_job *jobs, int n_jobs, in
                                           int adv_T, cudaStream_t stream, sd_status *st);
 
 // BULK launches (one or two tokens) balanced across the multiprocessors with blocks of fewer
-// rows when that lightens the busiest one (on, the default) or always 8 warps of rows (off); the
-// same bits either way. Returns the previous setting. Process-wide, for bench_gpu_e2e's A/B.
+// rows when that lightens the busiest one (on) or always 8 warps of rows (off, the default:
+// linear.cu says why); the same bits either way. Returns the previous setting. Process-wide, for
+// bench_gpu_e2e's A/B.
 bool sd_cuda_linear_balance(bool on);
 
 #ifdef __cplusplus

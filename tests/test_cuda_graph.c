@@ -157,7 +157,7 @@ Test(cuda_graph, replay_checks_like_forward) {
 // and steps (decode, a verify, decode, a short verify) on two states, one with it off and one
 // with it on, compared after each step (the logits and the argmaxes); then a captured
 // decode step taken with it on against a stream-launched one with it off.
-static void switch_changes_no_bits(void (*set)(sd_cuda_backend *b, bool on), const char *what) {
+static void switch_changes_no_bits(void (*set)(sd_cuda_backend *b, bool on), const char *what, bool dflt) {
     sd_model dev;
     device_model("configs/toy.json", &dev);
     sd_cuda_backend *b = sd_cuda_backend_of(&dev);
@@ -191,7 +191,7 @@ static void switch_changes_no_bits(void (*set)(sd_cuda_backend *b, bool on), con
     cr_assert_eq(sd_cuda_graph_forward(&g, &x, ab, &st), SD_OK, "%s", st.msg);
     snprintf(msg, sizeof msg, "%s: off vs captured on", what);
     assert_same_step(&sa, &sb, 1, V, aa, ab, msg, 4);
-    set(b, true); // every switch's default, process settings included
+    set(b, dflt); // the switch's default again (a process setting outlives the model)
     sd_cuda_graph_free(&g);
     sd_state_free(&sa);
     sd_state_free(&sb);
@@ -202,7 +202,7 @@ static void switch_changes_no_bits(void (*set)(sd_cuda_backend *b, bool on), con
     static void set_##field(sd_cuda_backend *b, bool on) { b->field = on; }                       \
     Test(cuda_graph, field##_changes_no_bits, .timeout = 300) {                                   \
         need_gpu();                                                                               \
-        switch_changes_no_bits(set_##field, what);                                                \
+        switch_changes_no_bits(set_##field, what, true);                                          \
     }
 // The KDA output norm folded into the scan's launch (kda.h).
 SWITCH_TEST(kda_norm_in_scan, "kda norm in scan")
@@ -217,18 +217,18 @@ SWITCH_TEST(argmax_spin, "argmax spin")
 // Process settings: BULK Linear blocks balanced across the multiprocessors (linear.h), weights
 // streamed at L2 evict_first (l2.h), and programmatic dependent launch (kernels/pdl.h), which
 // only moves launches earlier.
-#define PROCESS_SWITCH_TEST(name, set_call, what)                                                 \
+#define PROCESS_SWITCH_TEST(name, set_call, what, dflt)                                           \
     static void set_##name(sd_cuda_backend *b, bool on) {                                         \
         (void)b;                                                                                  \
         set_call;                                                                                 \
     }                                                                                             \
     Test(cuda_graph, name##_changes_no_bits, .timeout = 300) {                                    \
         need_gpu();                                                                               \
-        switch_changes_no_bits(set_##name, what);                                                 \
+        switch_changes_no_bits(set_##name, what, dflt);                                           \
     }
-PROCESS_SWITCH_TEST(linear_balance, sd_cuda_linear_balance(on), "linear balance")
-PROCESS_SWITCH_TEST(weights_evict_first, sd_cuda_weights_evict_first(on), "weights evict first")
-PROCESS_SWITCH_TEST(launch_overlap, sd_cuda_pdl(on ? SD_PDL_OVERLAP : SD_PDL_OFF), "launch overlap")
+PROCESS_SWITCH_TEST(linear_balance, sd_cuda_linear_balance(on), "linear balance", false)
+PROCESS_SWITCH_TEST(weights_evict_first, sd_cuda_weights_evict_first(on), "weights evict first", true)
+PROCESS_SWITCH_TEST(launch_overlap, sd_cuda_pdl(on ? SD_PDL_OVERLAP : SD_PDL_OFF), "launch overlap", true)
 
 // A commit from a count in device memory (the accept kernel's n, plus the bonus position) moves
 // the cursor exactly as the host's commit does, and the next forward sees the same state.
