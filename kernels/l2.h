@@ -11,7 +11,10 @@
 // (prefetch.global.L2::evict_last, a 128-byte line a thread) the last 12, 24 or 40 MB of the next
 // layer's in-projection, to fill the latency-bound scan with its bytes: decode +22, +64 and
 // +124 µs (the first 24 MB: +49) — the kept lines crowd out the working set that evict_first
-// protects, and the prefetches queue ahead of the scan's own loads.
+// protects, and the prefetches queue ahead of the scan's own loads. Nor (2026-12-02, three
+// alternating runs of two builds) did the register-path weight loads skip L1
+// (ld.global.nc.L1::no_allocate): decode 2.447-2.456 -> 2.475-2.478 ms, a graph replay
+// 2.385-2.388 -> 2.395-2.398.
 #pragma once
 #include <stdbool.h>
 
