@@ -262,7 +262,9 @@ static int bulk_rpw(const sd_lin_job *j, int rpw, bool x_norm) {
 // 2026-12-01, decode 2.502 -> 2.499 ms (five pairs, +4.9 .. -0.7 µs), a graph replay 2.426 ->
 // 2.422; once the weights streamed at L2 evict_first (l2.h, 2026-12-02), decode 2.457 -> 2.463
 // (five pairs, every one slower: -13.5 .. -2.6 µs) and 2.447 -> 2.452 (three), a graph replay
-// 2.388 either way and 2.390 -> 2.388 — so it is off.
+// 2.388 either way and 2.390 -> 2.388 — so it is off. Nor did balancing only the launches with
+// the norm fused (the MLA in-projection's 420 blocks -> 481) pay: +2.4 and -0.6 µs (two runs of
+// five pairs), a graph replay +6.3 and +0.9.
 #define LIN_BALANCE_GAIN 0.05
 static bool g_balance = false;
 extern "C" bool sd_cuda_linear_balance(bool on) {
