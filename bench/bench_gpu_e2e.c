@@ -286,6 +286,13 @@ static const variant variants[] = {
 static bool variant_default[N_VARIANTS]; // as the first backend came, before --on/--off (run_config)
 static bool variant_default_known;
 
+// The variant called NAME, or NULL.
+static const variant *variant_named(const char *name) {
+    for (int v = 0; v < N_VARIANTS; v++)
+        if (!strcmp(variants[v].name, name)) return &variants[v];
+    return NULL;
+}
+
 // Sets variant v on or off; returns its previous setting.
 static bool set_variant(sd_cuda_backend *b, const variant *v, bool on) {
     if (v->set) return v->set(b, on);
@@ -623,12 +630,8 @@ static void run_config(const char *name, const bench_opts *o) {
         set_variant(bk, &variants[v], variant_default[v]);
     }
     variant_default_known = true;
-    for (int v = 0; v < N_VARIANTS; v++) {
-        for (int i = 0; i < o->n_on; i++)
-            if (!strcmp(o->set_on[i], variants[v].name)) set_variant(bk, &variants[v], true);
-        for (int i = 0; i < o->n_off; i++)
-            if (!strcmp(o->set_off[i], variants[v].name)) set_variant(bk, &variants[v], false);
-    }
+    for (int i = 0; i < o->n_on; i++) set_variant(bk, variant_named(o->set_on[i]), true); // names checked in main
+    for (int i = 0; i < o->n_off; i++) set_variant(bk, variant_named(o->set_off[i]), false);
     printf("%-22s %-6s %2s %9s %9s %8s %7s %8s %7s\n", "config", "arm", "T", "ms_med", "ms_min", "GB", "exp/lyr", "GB/s",
            "%roof");
     if (o->profile) {
@@ -712,11 +715,19 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
+    for (const char *p = o.ab_only; p && *p;) { // every --ab-only name is a variant
+        const size_t n = strcspn(p, ",");
+        char nm[32];
+        snprintf(nm, sizeof nm, "%.*s", (int)(n < sizeof nm - 1 ? n : sizeof nm - 1), p);
+        if (!variant_named(nm)) {
+            fprintf(stderr, "bench_gpu_e2e: --ab-only %s: no such variant\n", nm);
+            return 2;
+        }
+        p += n + (p[n] == ',');
+    }
     for (int i = 0; i < o.n_on + o.n_off; i++) {
         const char *nm = i < o.n_on ? o.set_on[i] : o.set_off[i - o.n_on];
-        bool known = false;
-        for (int v = 0; v < N_VARIANTS; v++) known = known || !strcmp(nm, variants[v].name);
-        if (!known) {
+        if (!variant_named(nm)) {
             fprintf(stderr, "bench_gpu_e2e: --on/--off %s: no such variant\n", nm);
             return 2;
         }

@@ -166,7 +166,7 @@ __device__ __forceinline__ void sd_widen16(const uint4 u, float *wf) {
     }
 }
 
-// L2 eviction priority of weight streams (sd_cuda_weights_evict_first, linear.h). A weight byte
+// L2 eviction priority of weight streams (sd_cuda_weights_evict_first, l2.h). A weight byte
 // is read once a forward and not again until the next one, 6 GB later for kimi-linear; streamed at
 // evict_first, the weights give way in L2 to what the step reads back soon — the KDA states and
 // MLA caches written a step earlier, the activations, the routing. pol 0: no hint (the plain

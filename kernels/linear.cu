@@ -253,8 +253,8 @@ static int bulk_rpw(const sd_lin_job *j, int rpw, bool x_norm) {
 
 // Warps of a BULK block that take rows (the same for every job of the launch): with the balance on
 // (sd_cuda_linear_balance), SD_LIN_WARPS unless fewer put at least LIN_BALANCE_GAIN less weight on
-// the busiest multiprocessor. The grid's
-// blocks spread evenly, so that one holds ceil(blocks / sms) of them: kimi-linear's o_projs (2304
+// the busiest multiprocessor. The grid's blocks spread evenly, so that one holds
+// ceil(blocks / sms) of them: kimi-linear's o_projs (2304
 // rows of 8 KB) take 288 blocks of 8 rows, three on some multiprocessors and two on the rest, and
 // 384 blocks of 6 rows three on nearly all (144 KB against 192); its MLA q + kv_a projections 480
 // blocks of 14 rows instead of 420 of 16 (258 KB against 295). Off (the default): always
