@@ -10,6 +10,7 @@
 #include "backend.h" // sd_backend
 #include "digest.h"  // sd_sha256_file
 #include "nvtx.h"   // TRACE_RANGE_PUSH, TRACE_RANGE_POP
+#include "ops.h"    // sd_linear, sd_rmsnorm, sd_mat_row_f32
 #include "philox.h" // sd_uniform
 #include "sample.h" // sd_argmax, sd_softmax, sd_sample
 #include "layers.h" // sd_kda_forward, sd_mla_forward, sd_ffn_forward, sd_moe_forward

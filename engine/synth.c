@@ -10,6 +10,7 @@
 //   from near-1 to fast, as flash-linear-attention initialises them.
 #include "synth.h"
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -4,7 +4,7 @@
 #pragma once
 #include <stdbool.h>
 #include "config.h"      // sd_config
-#include "ops.h"         // sd_mat
+#include "tensor.h"      // sd_mat
 #include "safetensors.h" // sd_st_file
 
 typedef struct {

@@ -12,7 +12,7 @@
 #include <nvtx3/nvToolsExt.h>
 #include <stdint.h>
 extern "C" {
-#include "ops.h"    // sd_mat
+#include "tensor.h"    // sd_mat
 #include "status.h" // sd_code, sd_status
 }
 #include "check.h" // SD_CUDA_CHECK, SD_LAUNCH_CHECK

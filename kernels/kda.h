@@ -9,7 +9,7 @@
 extern "C" {
 #endif
 #include "cursor.h"           // sd_dev_pos
-#include "ops.h"              // sd_mat
+#include "tensor.h"              // sd_mat
 #include "status.h"           // sd_code, sd_status
 
 // Positions come from device memory (sd_dev_pos: a state's cursor, cursor.h), read by the kernels.

@@ -8,7 +8,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-#include "ops.h"              // sd_mat
+#include "tensor.h"              // sd_mat
 #include "status.h"           // sd_code, sd_status
 
 // w: F32 or BF16 [rows, cols] with a device data pointer; x (T, cols), y (T, rows) device.

@@ -5,7 +5,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-#include "ops.h"              // sd_mat
+#include "tensor.h"              // sd_mat
 #include "status.h"           // sd_code, sd_status
 
 // x[t] = embed[tokens[t]] widened to f32 (exact); x (T, cols) in device memory, tokens (T) in

@@ -1,12 +1,12 @@
 // synth_fill.cu — one thread per 4-element block of the Philox counter (one generator call, four
 // values), grid-stride; the arithmetic of engine/synth.c's fill() with explicit round-to-nearest
 // intrinsics (exact u, then one rounding for the product and one for the sum) and the bf16
-// rounding of ops.h's sd_f32_to_bf16.
+// rounding of tensor.h's sd_f32_to_bf16.
 #include "synth_fill.h"
 #include "common.cuh"
 #include "philox.h" // sd_philox4x32_10, sd_u32_to_unit, SD_DRAW_INIT
 
-// ops.h sd_f32_to_bf16 on the device.
+// tensor.h sd_f32_to_bf16 on the device.
 __device__ __forceinline__ uint16_t synth_bf16(float f) {
     const uint32_t u = __float_as_uint(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);

@@ -18,6 +18,7 @@ Test(cuda, suite) { cr_skip_test("CUDA backend not built (no toolkit or -DSPECDE
 #include "layers.h"       // the CPU twins
 #include "linear.h"       // sd_cuda_linear
 #include "moe.h"          // sd_cuda_moe_route, sd_cuda_ffn
+#include "ops.h"          // sd_linear, sd_rmsnorm, sd_mat_row_f32 (the CPU ops)
 #include "philox.h"       // sd_uniform
 #include "rows.h"         // sd_cuda_embed, sd_cuda_rmsnorm, sd_cuda_add
 #include "sample.h"       // sd_argmax, sd_softmax, sd_sample (CPU)

@@ -1,6 +1,7 @@
 // kda.c — Kimi Delta Attention on the CPU (MODEL.md "KDA"; flash-linear-attention's
 // naive_recurrent_kda with q, k L2-normalised and scale d^-0.5).
 #include <string.h>
+#include "ops.h"    // sd_dot_*, sd_linear, sd_rmsnorm, activations
 #include "layers.h"
 
 // Depthwise causal conv of one projection (which: 0 q, 1 k, 2 v) for the token at pos, then

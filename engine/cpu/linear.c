@@ -175,15 +175,3 @@ void sd_linear(const sd_mat *w, const float *x, int T, float *y) {
 #pragma omp parallel for schedule(static) if (parallel)
     for (int o = 0; o < w->rows; o++) row_tokens(w, o, x, T, y);
 }
-
-float sd_f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
-    union { uint32_t u; float f; } v;
-    if (exp == 0) { // zero or subnormal: man · 2^-24, exact in f32
-        float f = (float)man * (1.0f / 16777216.0f);
-        return sign ? -f : f;
-    }
-    if (exp == 31) v.u = sign | 0x7f800000u | (man << 13);
-    else v.u = sign | ((exp + 112) << 23) | (man << 13);
-    return v.f;
-}

@@ -2,6 +2,7 @@
 // q̃_h = W_UK,hᵀ qn_h is scored against the cached latents c_j, and W_UV,h is applied once to
 // the probability-weighted latent sum. Causal: the token at position t sees rows 0..t.
 #include <string.h>
+#include "ops.h"    // sd_dot_*, sd_linear, sd_rmsnorm, activations
 #include "layers.h"
 
 // Interleaved-pair rotary embedding at position pos: pairs (2i, 2i+1) turn by pos·θ^(-2i/dr).

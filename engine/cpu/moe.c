@@ -1,5 +1,6 @@
 // moe.c — SwiGLU FFN and the MoE block on the CPU (MODEL.md "MoE": routing in fp32).
 #include <string.h>
+#include "ops.h"    // sd_dot_*, sd_linear, sd_rmsnorm, activations
 #include "layers.h"
 
 void sd_ffn_forward(const sd_ffn_weights *w, const float *x, int T, float *out, float *h1, float *h2) {

@@ -4,15 +4,7 @@
 #pragma once
 #include <math.h>
 #include <stdint.h>
-#include "safetensors.h" // sd_dtype
-
-// A Linear weight [rows = out, cols = in], row-major, F32 or BF16 as loaded (BF16 is widened
-// exactly to f32 inside the dot).
-typedef struct {
-    sd_dtype dtype; // SD_DT_F32 or SD_DT_BF16
-    const void *data;
-    int rows, cols;
-} sd_mat;
+#include "tensor.h" // sd_mat, sd_dtype, bf16/f16 conversions
 
 // Dot products. Accumulation order (the contract every caller relies on): 16 partial sums,
 // element i added to partial i % 16 in increasing i; then the partials are folded as a tree
@@ -30,18 +22,6 @@ void sd_linear(const sd_mat *w, const float *x, int T, float *y);
 
 // out = x / sqrt(sum(x²)/n + eps) ⊙ w, with sum(x²) = sd_dot_f32(x, x, n); out may alias x.
 void sd_rmsnorm(const float *x, const float *w, int n, float eps, float *out);
-
-// bf16 ↔ f32 (round to nearest even; NaN stays NaN).
-static inline float sd_bf16_to_f32(uint16_t h) {
-    union { uint32_t u; float f; } v = {.u = (uint32_t)h << 16};
-    return v.f;
-}
-static inline uint16_t sd_f32_to_bf16(float f) {
-    union { float f; uint32_t u; } v = {.f = f};
-    if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40);
-    return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
-}
-float sd_f16_to_f32(uint16_t h);
 
 // Scalar activations, one definition each so every op rounds alike.
 static inline float sd_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }

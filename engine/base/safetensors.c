@@ -27,27 +27,6 @@
 // ---------------------------------------------------------------------------------------------
 // dtypes and sizes
 
-size_t sd_dtype_size(sd_dtype dt) {
-    switch (dt) {
-    case SD_DT_BF16: case SD_DT_F16: return 2;
-    case SD_DT_F32: case SD_DT_I32: return 4;
-    case SD_DT_F64: case SD_DT_I64: return 8;
-    }
-    return 0; // not a dtype
-}
-
-const char *sd_dtype_name(sd_dtype dt) {
-    switch (dt) {
-    case SD_DT_F32: return "F32";
-    case SD_DT_BF16: return "BF16";
-    case SD_DT_F16: return "F16";
-    case SD_DT_F64: return "F64";
-    case SD_DT_I32: return "I32";
-    case SD_DT_I64: return "I64";
-    }
-    return "?";
-}
-
 static bool dtype_parse(const char *s, sd_dtype *out) {
     for (int i = SD_DT_F32; i <= SD_DT_I64; i++) {
         if (strcmp(s, sd_dtype_name((sd_dtype)i)) == 0) {

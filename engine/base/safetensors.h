@@ -5,11 +5,10 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "status.h" // sd_status
+#include "tensor.h" // sd_dtype
 
 #define SD_ST_MAX_DIMS 8
 #define SD_ST_MAX_HEADER (100u << 20) // the format's own 100 MB header bound
-
-typedef enum { SD_DT_F32, SD_DT_BF16, SD_DT_F16, SD_DT_F64, SD_DT_I32, SD_DT_I64 } sd_dtype;
 
 typedef struct {
     char *name;
@@ -27,8 +26,6 @@ typedef struct {
     sd_st_tensor *tensors; // in data-offset order
 } sd_st_file;
 
-size_t sd_dtype_size(sd_dtype dt);
-const char *sd_dtype_name(sd_dtype dt); // "F32", "BF16", ...
 int64_t sd_st_numel(const sd_st_tensor *t);
 
 // Open and validate: header length inside the file and <= SD_ST_MAX_HEADER, valid JSON, known
