@@ -9,47 +9,37 @@
 //      the decode step and the largest verify again as replays of one captured CUDA graph
 //      (cuda_graph.h, arm "graph"): the launch overhead eager mode pays; then the stream-launched
 //      steps in plain stream order (kernels/pdl.h, arm "device/off"): what the launch overlap buys;
-//      then what a decode step's launches cost the host alone (host_cost: enqueued behind a long
-//      memset; every stream row also says when its step's last launch was enqueued, "enqueued");
-//      then each switchable variant of the walk off against on (ab_pairs: decode and its graph in
-//      alternating pairs; rows with a variant off that is on by default are labelled "-NAME",
-//      "-kfold" the KDA output norm in a launch of its own, and "+NAME" one on that is off by
-//      default);
 //   3. the bytes a step must move: every weight read once (embedding rows of the T tokens, every
 //      non-expert tensor, lm_head), the DISTINCT routed experts the step's tokens select (counted
 //      from the routing of the same step, per layer, through opts.on_route), the KDA state read
 //      once and written per token (+ the conv window), the MLA latent cache read (+ written);
 //      % roofline = bytes / copy bandwidth / time;
 //   4. per sublayer (one KDA mixer, one MLA mixer, one MoE block, lm_head: the head's final norm
-//      and lm_head launches, sd_cuda_head_logits) at T = 1 and T = kmax+1:
+//      fused into the lm_head launch, as a forward runs it) at T = 1 and T = kmax+1:
 //      device time from events over back-to-back calls, against that sublayer's bytes;
 //   5. a level-2 trace pass: how the step splits into KDA / MLA / FFN (drains at each bucket, so
 //      the sum exceeds the clean step);
 //   6. at T = 1, the RMSNorm fused into a sublayer's first launch against norm kernel + launch.
 // Prints a table and one JSON line per row ("bench":"gpu_e2e").
-// usage: bench_gpu_e2e [--config NAME]... [--ctx N] [--reps N] [--kmax K] [--seed S] [--ab-pairs N] [--eager] [--profile]
-//                      [--ab-only NAME,...] [--on NAME] [--off NAME]
-//        (NAME: a file in configs/ without .json; default toy and kimi-linear-48b-a3b). --ab-only:
-//        only the decode rows (stream, graph) and those variants' A/B; --on/--off: a variant set
-//        before anything is timed. --profile:
-//        after the prefill, only one decode step, one verify pass, one decode step replayed
-//        from a captured graph and one decode step with the KDA output norm in its own launch
-//        (steps 0-3) between cudaProfilerStart and Stop (for `ncu --profile-from-start off` and
+// usage: bench_gpu_e2e [--config NAME]... [--ctx N] [--reps N] [--kmax K] [--seed S] [--eager] [--decode-only]
+//                      [--profile]
+//        (NAME: a file in configs/ without .json; default toy and kimi-linear-48b-a3b).
+//        --decode-only: only the decode step and the T = 2 .. kmax+1 verify passes, stream and
+//        graph (the rows a speed comparison between builds needs). --profile: after the prefill,
+//        only one decode step, one verify pass and one decode step replayed from a captured graph
+//        (steps 0-2) between cudaProfilerStart and Stop (for `ncu --profile-from-start off` and
 //        bench/ktrace.c), no timing.
 #include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
-#include <stddef.h> // offsetof
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "cuda_backend.h" // sd_cuda_backend_of, sd_cuda_state_init
 #include "cuda_graph.h"   // sd_cuda_graph_capture, sd_cuda_graph_forward
-#include "cuda_internal.h" // sd_cuda_head_logits
 #include "cuda_layers.h"  // sd_cuda_kda_forward, sd_cuda_mla_forward, sd_cuda_moe_forward
 #include "cuda_synth.h"   // sd_cuda_model_synth
 #include "linear.h"       // sd_cuda_linear, sd_cuda_linear_multi(_norm)
-#include "l2.h"           // sd_cuda_weights_evict_first
 #include "pdl.h"          // sd_cuda_pdl
 #include "rows.h"         // sd_cuda_rmsnorm
 #include "model.h"
@@ -145,8 +135,9 @@ static double total_of(const step_bytes *b) { return b->dense + b->embed + b->he
 static size_t tensor_bytes(const sd_weight_spec *s) {
     return (size_t)s->shape[0] * (size_t)(s->ndim == 2 ? s->shape[1] : 1) * sd_dtype_size(s->dtype);
 }
-static bool is_routed(const sd_weight_spec *s) { return strstr(s->name, ".mlp.experts.") != NULL; }
-static bool is_ffn(const sd_weight_spec *s) { return strstr(s->name, ".mlp.") != NULL; }
+// A routed expert's tensor (model.layers.i.<moe>.experts.j.*; not the shared experts), and an FFN's.
+static bool is_routed(const sd_weight_spec *s) { return strstr(s->name, ".experts.") != NULL; }
+static bool is_ffn(const sd_weight_spec *s) { return strstr(s->name, ".mlp.") || strstr(s->name, ".block_sparse_moe."); }
 
 // KDA state: S read once and written per token (fp32), the conv window rows read and the T new
 // rows written. MLA: the latent + rope cache rows 0 .. pos0+T-1 read once, T rows written.
@@ -204,10 +195,7 @@ static double layer_bytes(const sd_model *m, int layer, bool ffn, int distinct) 
 
 // ---------------------------------------------------------------------------- one config
 typedef struct {
-    int ctx, reps, kmax, eager, profile, ab_pairs;
-    const char *ab_only;      // --ab-only: the T = 1 rows and these variants' A/B only (comma list)
-    const char *set_on[8], *set_off[8]; // --on / --off NAME: variants set before anything is timed
-    int n_on, n_off;
+    int ctx, reps, kmax, eager, profile, decode_only;
     uint64_t seed;
     double bw;
     char device[256];
@@ -222,19 +210,17 @@ static void tokens_of(uint32_t seed, int V, int n, int *out) {
 }
 
 static void print_row(const char *config, const char *arm, int T, const bench_opts *o, double med, double mn, double p90,
-                      double enq, const step_bytes *b, double distinct_avg, const double split[4]) {
+                      const step_bytes *b, double distinct_avg, const double split[4]) {
     const double bytes = total_of(b), gbs = bytes / (med * 1e-3) / 1e9, pct = 100.0 * bytes / (o->bw * med * 1e-3);
-    char host[48] = "";
-    if (enq >= 0) snprintf(host, sizeof host, "   enqueued %.3f", enq);
-    printf("%-22s %-6s %2d %9.3f %9.3f %8.3f %7.1f %8.1f %6.1f%%%s\n", config, arm, T, med, mn, bytes / 1e9, distinct_avg, gbs,
-           pct, host);
+    printf("%-22s %-10s %2d %9.3f %9.3f %8.3f %7.1f %8.1f %6.1f%%\n", config, arm, T, med, mn, bytes / 1e9, distinct_avg, gbs,
+           pct);
     printf("{\"bench\":\"gpu_e2e\",\"config\":\"%s\",\"device\":\"%s\",\"moe_arm\":\"%s\",\"phase\":\"%s\",\"T\":%d,\"k\":%d,"
            "\"ctx\":%d,\"reps\":%d,\"ms_median\":%.4f,\"ms_min\":%.4f,\"ms_p90\":%.4f,\"bytes\":%.0f,\"bytes_dense\":%.0f,"
            "\"bytes_embed\":%.0f,\"bytes_lm_head\":%.0f,\"bytes_experts\":%.0f,\"bytes_kda_state\":%.0f,"
            "\"bytes_mla_cache\":%.0f,\"distinct_experts_per_moe_layer\":%.2f,\"copy_bw_gbs\":%.1f,\"achieved_gbs\":%.1f,"
-           "\"pct_roofline\":%.2f,\"host_enqueued_ms\":%.4f,\"trace2_ms\":{\"vkda\":%.3f,\"scan\":%.3f,\"vmla\":%.3f,\"vffn\":%.3f}}\n",
+           "\"pct_roofline\":%.2f,\"trace2_ms\":{\"vkda\":%.3f,\"scan\":%.3f,\"vmla\":%.3f,\"vffn\":%.3f}}\n",
            config, o->device, arm, T == 1 ? "decode" : "verify", T, T - 1, o->ctx, o->reps, med, mn, p90, bytes, b->dense,
-           b->embed, b->head, b->experts, b->kda, b->mla, distinct_avg, o->bw / 1e9, gbs, pct, enq, split[0], split[1], split[2],
+           b->embed, b->head, b->experts, b->kda, b->mla, distinct_avg, o->bw / 1e9, gbs, pct, split[0], split[1], split[2],
            split[3]);
     fflush(stdout);
 }
@@ -262,55 +248,6 @@ static void timed_step(const sd_model *dev, sd_state *s, const int *toks, int T,
     OKS(sd_state_commit(s, 0, &st_));
 }
 
-// The walk's switchable variants, each a bool of sd_cuda_backend or a process setting, the same
-// bits on and off: what bench rows label with "-NAME" while one on by default is off (or "+NAME"
-// while one off by default is on), and what ab_pairs times.
-typedef struct {
-    const char *name, *what;
-    size_t field;                               // offsetof(sd_cuda_backend, the switch), when set is NULL
-    bool (*set)(sd_cuda_backend *b, bool on);   // otherwise: sets it, returns the previous one
-} variant;
-static bool set_balance(sd_cuda_backend *b, bool on) { (void)b; return sd_cuda_linear_balance(on); }
-static bool set_evict_first(sd_cuda_backend *b, bool on) { (void)b; return sd_cuda_weights_evict_first(on); }
-static const variant variants[] = {
-    {"kfold", "the KDA output norm folded into the scan's launch (walk.c)", offsetof(sd_cuda_backend, kda_norm_in_scan), NULL},
-    {"cfold", "a commit's cursor write in the next embedding launch (device.c)", offsetof(sd_cuda_backend, cursor_in_embed), NULL},
-    {"hfold", "the final norm in the lm_head launch (head.c)", offsetof(sd_cuda_backend, head_norm_fused), NULL},
-    {"afold", "the walk's cursor advance in the lm_head launch (head.c)", offsetof(sd_cuda_backend, advance_in_head), NULL},
-    {"spin", "the forward waiting for its argmaxes in pinned memory, not the stream (head.c)",
-     offsetof(sd_cuda_backend, argmax_spin), NULL},
-    {"bal", "BULK Linear blocks balanced across the multiprocessors (linear.cu)", 0, set_balance},
-    {"ef", "weights streamed at L2 evict_first (l2.h)", 0, set_evict_first},
-};
-#define N_VARIANTS (int)(sizeof variants / sizeof variants[0])
-static bool variant_default[N_VARIANTS]; // as the first backend came, before --on/--off (run_config)
-static bool variant_default_known;
-
-// The variant called NAME, or NULL.
-static const variant *variant_named(const char *name) {
-    for (int v = 0; v < N_VARIANTS; v++)
-        if (!strcmp(variants[v].name, name)) return &variants[v];
-    return NULL;
-}
-
-// Sets variant v on or off; returns its previous setting.
-static bool set_variant(sd_cuda_backend *b, const variant *v, bool on) {
-    if (v->set) return v->set(b, on);
-    bool *sw = (bool *)((char *)b + v->field), was = *sw;
-    *sw = on;
-    return was;
-}
-
-// "-NAME" for each variant off against its default, "+NAME" for each on against it.
-static void variant_suffix(sd_cuda_backend *b, char *out, size_t n) {
-    out[0] = 0;
-    for (int i = 0; i < N_VARIANTS; i++) {
-        const bool on = set_variant(b, &variants[i], true);
-        set_variant(b, &variants[i], on);
-        if (on != variant_default[i]) snprintf(out + strlen(out), n - strlen(out), "%c%s", on ? '+' : '-', variants[i].name);
-    }
-}
-
 // One row (print_row); returns its median step in ms.
 static double measure(const char *config, const sd_model *dev, sd_state *s, int T, step_arm arm, const bench_opts *o) {
     const sd_config *c = &dev->cfg;
@@ -333,15 +270,12 @@ static double measure(const char *config, const sd_model *dev, sd_state *s, int 
         g = &graph;
     }
     for (int i = 0; i < 3; i++) timed_step(dev, s, toks, T, g);
-    double *ms = malloc(sizeof(double) * (size_t)o->reps), *enq = malloc(sizeof(double) * (size_t)o->reps);
+    double *ms = malloc(sizeof(double) * (size_t)o->reps);
     for (int i = 0; i < o->reps; i++) {
         const double t0 = now_ms();
         timed_step(dev, s, toks, T, g);
         ms[i] = now_ms() - t0;
-        enq[i] = (double)b->enqueued_ns * 1e-6 - t0; // stream launches: when the host had launched the step's last kernel
     }
-    const double enq_med = g ? -1 : median(enq, o->reps);
-    free(enq);
     if (g) sd_cuda_graph_free(g);
     const double med = median(ms, o->reps), mn = ms[0], p90 = ms[(int)(0.9 * (o->reps - 1))];
     // Level-2 split (drains around each bucket).
@@ -352,50 +286,30 @@ static double measure(const char *config, const sd_model *dev, sd_state *s, int 
     const double split[4] = {tb.bucket_ns[TRACE_BUCKET_VKDA] * 1e-6, tb.bucket_ns[TRACE_BUCKET_SCAN] * 1e-6,
                              tb.bucket_ns[TRACE_BUCKET_VMLA] * 1e-6, tb.bucket_ns[TRACE_BUCKET_VFFN] * 1e-6};
     const step_bytes sb = bytes_of_step(dev, &r, s->len, T);
-    char arm_label[64], off[48];
-    variant_suffix(b, off, sizeof off);
-    snprintf(arm_label, sizeof arm_label, "%s%s%s", arm_name[arm], sd_cuda_pdl_on() || arm == ARM_GRAPH ? "" : "/off", off);
-    print_row(config, arm_label, T, o, med, mn, p90, enq_med, &sb, n_moe ? distinct / n_moe : 0, split);
+    char arm_label[64];
+    snprintf(arm_label, sizeof arm_label, "%s%s", arm_name[arm], sd_cuda_pdl_on() || arm == ARM_GRAPH ? "" : "/off");
+    print_row(config, arm_label, T, o, med, mn, p90, &sb, n_moe ? distinct / n_moe : 0, split);
     free(ms);
     free(r.seen);
     b->moe_arm = SD_CUDA_MOE_DEVICE_TABLE;
     return med;
 }
 
-// What launching a decode step costs the host alone: the step enqueued behind a device-side
-// memset of up to 8 GB (milliseconds of device work), so no launch waits for the device; the
-// median over 5 steps of the time until its last launch. Read against a stream row's "enqueued"
-// and its step time: a step whose host cost came near its device time would be waiting for the host.
-static void host_cost(const char *config, const sd_model *dev, sd_state *s) {
-    sd_cuda_backend *b = sd_cuda_backend_of(dev);
-    size_t free_b = 0, total_b = 0;
-    CK(cudaMemGetInfo(&free_b, &total_b));
-    size_t n = free_b / 2 < ((size_t)8 << 30) ? free_b / 2 : ((size_t)8 << 30);
-    void *busy = NULL;
-    if (n < ((size_t)256 << 20) || cudaMalloc(&busy, n) != cudaSuccess) {
-        (void)cudaGetLastError();
-        printf("host cost %s: skipped (no device memory to keep the device busy)\n", config);
-        return;
-    }
-    int toks[1];
-    tokens_of(1001u, dev->cfg.vocab_size, 1, toks);
-    double enq[5];
-    for (int i = 0; i < 5; i++) {
-        CK(cudaMemsetAsync(busy, i, n, b->stream));
-        const double t0 = now_ms();
-        step(dev, s, toks, 1, NULL);
-        enq[i] = (double)b->enqueued_ns * 1e-6 - t0;
-    }
-    CK(cudaFree(busy));
-    const double med = median(enq, 5);
-    printf("host cost %s decode: every launch of the step enqueued in %.3f ms behind a %.1f GB memset (median of 5)\n", config,
-           med, n / 1e9);
-    printf("{\"bench\":\"gpu_e2e_host_cost\",\"config\":\"%s\",\"T\":1,\"host_enqueue_ms\":%.4f}\n", config, med);
-    fflush(stdout);
-}
-
 // Device time per call of one sublayer over back-to-back calls (events), against its bytes.
 typedef enum { SUB_KDA, SUB_MLA, SUB_MOE, SUB_HEAD } sub_kind;
+
+// The head's one launch (engine/cuda/head.c's): rmsnorm(h, final_norm) fused into lm_head.
+static sd_code head_launch(const sd_model *dev, sd_state *s, int T, cudaStream_t q) {
+    const sd_config *c = &dev->cfg;
+    sd_status st = {0};
+    const sd_lin_norm norm = {.x = s->scratch.x, .w = dev->w.final_norm, .eps = c->rms_norm_eps, .n = c->hidden_size,
+                              .out = s->scratch.a};
+    const sd_lin_job j = {.w = &dev->w.lm_head, .x = s->scratch.a, .ldx = c->hidden_size, .y = s->scratch.logits,
+                          .ldy = c->vocab_size, .mode = SD_LIN_STORE};
+    const sd_code rc = sd_cuda_linear_multi_norm(&j, 1, T, &norm, q, &st);
+    if (rc) fprintf(stderr, "bench_gpu_e2e: head launch: %s\n", st.msg);
+    return rc;
+}
 
 static void sublayers(const char *config, const sd_model *dev, sd_state *s, int T, const bench_opts *o) {
     const sd_config *c = &dev->cfg;
@@ -439,8 +353,8 @@ static void sublayers(const char *config, const sd_model *dev, sd_state *s, int 
                     OKS(sd_cuda_mla_forward(b, &dev->w.layers[layer].mla, c, s, layer, x->a, T, x->mix, &st_));
                 else if (k == SUB_MOE)
                     OKS(sd_cuda_moe_forward(b, &dev->w.layers[layer].moe, c, s, layer, x->a, T, x->mix, &st_));
-                else // the head's launches as a step runs them: the final norm (fused, hfold) and lm_head
-                    OKS(sd_cuda_head_logits(b, dev, s, 0, T, 0, &st_));
+                else // the head's launch as a forward runs it: the final norm fused into lm_head
+                    if (head_launch(dev, s, T, b->stream)) exit(1);
             }
             CK(cudaEventRecord(e1, b->stream));
             const double host = now_ms() - h0;
@@ -550,53 +464,6 @@ static void norm_fusion(const char *config, const sd_model *dev, sd_state *s, in
     fflush(stdout);
 }
 
-// Each variant on against off, in alternating pairs (--ab-pairs, default 3) so drift falls on
-// both: the stream-launched decode step and its graph replay; then the largest verify off once.
-// One verdict line (and its JSON) per decode arm: what the variant saves.
-#define AB_PAIRS_MAX 16
-// Is NAME in the comma list (NULL: every name)?
-static bool listed(const char *list, const char *name) {
-    if (!list) return true;
-    const size_t n = strlen(name);
-    for (const char *p = list; (p = strstr(p, name)); p += n)
-        if ((p == list || p[-1] == ',') && (p[n] == 0 || p[n] == ',')) return true;
-    return false;
-}
-
-static void ab_pairs(const char *name, const sd_model *dev, sd_state *s, const bench_opts *o) {
-    sd_cuda_backend *b = sd_cuda_backend_of(dev);
-    for (int v = 0; v < N_VARIANTS; v++) {
-        const variant *V = &variants[v];
-        if (!listed(o->ab_only, V->name)) continue;
-        const bool given = set_variant(b, V, true);
-        for (int a = 0; a < 2; a++) {
-            const step_arm arm = a ? ARM_GRAPH : ARM_DEVICE;
-            const int np = o->ab_pairs;
-            double ms[2][AB_PAIRS_MAX], mean[2] = {0, 0}; // [on][pair]
-            for (int i = 0; i < 2 * np; i++) {
-                const int on = !(i & 1);
-                set_variant(b, V, on);
-                ms[on][i / 2] = measure(name, dev, s, 1, arm, o);
-                mean[on] += ms[on][i / 2] / np;
-            }
-            char pairs[512] = "";
-            for (int p = 0, n = 0; p < np; p++)
-                n += snprintf(pairs + n, sizeof pairs - (size_t)n, "%s%+.1f", p ? ", " : "", (ms[0][p] - ms[1][p]) * 1e3);
-            const double saved_us = (mean[0] - mean[1]) * 1e3;
-            printf("%s A/B %s decode (%s, %d pairs; %s): on %.3f ms, off %.3f ms: on saves %+.1f us (%+.2f%%; pairs %s us)\n",
-                   V->name, name, a ? "graph replays" : "stream launches", np, V->what, mean[1], mean[0], saved_us,
-                   100.0 * saved_us * 1e-3 / mean[0], pairs);
-            printf("{\"bench\":\"gpu_e2e_ab\",\"config\":\"%s\",\"variant\":\"%s\",\"arm\":\"%s\",\"T\":1,\"pairs\":%d,"
-                   "\"on_ms\":%.4f,\"off_ms\":%.4f,\"saved_us\":%.2f}\n",
-                   name, V->name, arm_name[arm], np, mean[1], mean[0], saved_us);
-        }
-        set_variant(b, V, false);
-        if (!o->ab_only) measure(name, dev, s, o->kmax + 1, ARM_DEVICE, o);
-        set_variant(b, V, given);
-    }
-    fflush(stdout);
-}
-
 static void run_config(const char *name, const bench_opts *o) {
     char path[4096];
     snprintf(path, sizeof path, "%s/configs/%s.json", src_dir(), name);
@@ -624,15 +491,7 @@ static void run_config(const char *name, const bench_opts *o) {
     printf("{\"bench\":\"gpu_e2e_setup\",\"config\":\"%s\",\"weights_bytes\":%zu,\"synth_ms\":%.1f,\"prefill_ms\":%.1f,"
            "\"ctx\":%d}\n",
            name, dev.w.arena_bytes, t_synth, t_prefill, o->ctx);
-    sd_cuda_backend *bk = sd_cuda_backend_of(&dev);
-    for (int v = 0; v < N_VARIANTS && !variant_default_known; v++) {
-        variant_default[v] = set_variant(bk, &variants[v], true);
-        set_variant(bk, &variants[v], variant_default[v]);
-    }
-    variant_default_known = true;
-    for (int i = 0; i < o->n_on; i++) set_variant(bk, variant_named(o->set_on[i]), true); // names checked in main
-    for (int i = 0; i < o->n_off; i++) set_variant(bk, variant_named(o->set_off[i]), false);
-    printf("%-22s %-6s %2s %9s %9s %8s %7s %8s %7s\n", "config", "arm", "T", "ms_med", "ms_min", "GB", "exp/lyr", "GB/s",
+    printf("%-22s %-10s %2s %9s %9s %8s %7s %8s %7s\n", "config", "arm", "T", "ms_med", "ms_min", "GB", "exp/lyr", "GB/s",
            "%roof");
     if (o->profile) {
         int toks[64];
@@ -642,18 +501,10 @@ static void run_config(const char *name, const bench_opts *o) {
         sd_cuda_graph g1; // the decode step as a graph replay too: its timeline against the stream launches'
         OKS(sd_cuda_graph_capture(&dev, &s, 1, &g1, &st_));
         timed_step(&dev, &s, toks, 1, &g1);
-        sd_cuda_backend *b = sd_cuda_backend_of(&dev);
-        const bool given = b->kda_norm_in_scan;
-        b->kda_norm_in_scan = false; // its kernels loaded before the region, as the others' are
-        step(&dev, &s, toks, 1, NULL);
-        b->kda_norm_in_scan = given;
         CK(cudaProfilerStart());
         step(&dev, &s, toks, 1, NULL);
         step(&dev, &s, toks, max_T, NULL);
         timed_step(&dev, &s, toks, 1, &g1);
-        b->kda_norm_in_scan = false; // step 3: the decode step with the KDA output norm in its own launch
-        step(&dev, &s, toks, 1, NULL);
-        b->kda_norm_in_scan = given;
         CK(cudaProfilerStop());
         sd_cuda_graph_free(&g1);
         free(prompt);
@@ -661,10 +512,9 @@ static void run_config(const char *name, const bench_opts *o) {
         sd_model_free(&dev);
         return;
     }
-    if (o->ab_only) { // the decode rows, then only the variants asked for
-        measure(name, &dev, &s, 1, ARM_DEVICE, o);
-        measure(name, &dev, &s, 1, ARM_GRAPH, o);
-        ab_pairs(name, &dev, &s, o);
+    if (o->decode_only) { // the decode step and the verify passes, stream and graph
+        for (int T = 1; T <= max_T; T++) measure(name, &dev, &s, T, ARM_DEVICE, o);
+        for (int T = 1; T <= max_T; T++) measure(name, &dev, &s, T, ARM_GRAPH, o);
         free(prompt);
         sd_state_free(&s);
         sd_model_free(&dev);
@@ -679,8 +529,6 @@ static void run_config(const char *name, const bench_opts *o) {
     measure(name, &dev, &s, 1, ARM_DEVICE, o);
     measure(name, &dev, &s, max_T, ARM_DEVICE, o);
     sd_cuda_pdl(mode0);
-    host_cost(name, &dev, &s);
-    ab_pairs(name, &dev, &s, o);
     if (o->eager) {
         measure(name, &dev, &s, 1, ARM_EAGER, o);
         measure(name, &dev, &s, max_T, ARM_EAGER, o);
@@ -694,7 +542,7 @@ static void run_config(const char *name, const bench_opts *o) {
 }
 
 int main(int argc, char **argv) {
-    bench_opts o = {.ctx = 512, .reps = 30, .kmax = 8, .seed = 1, .ab_pairs = 3};
+    bench_opts o = {.ctx = 512, .reps = 30, .kmax = 8, .seed = 1};
     const char *configs[16];
     int n_cfg = 0;
     for (int i = 1; i < argc; i++) {
@@ -703,37 +551,17 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) o.reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--kmax") && i + 1 < argc) o.kmax = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) o.seed = strtoull(argv[++i], NULL, 0);
-        else if (!strcmp(argv[i], "--ab-pairs") && i + 1 < argc) o.ab_pairs = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--eager")) o.eager = 1;
         else if (!strcmp(argv[i], "--profile")) o.profile = 1;
-        else if (!strcmp(argv[i], "--ab-only") && i + 1 < argc) o.ab_only = argv[++i];
-        else if (!strcmp(argv[i], "--on") && i + 1 < argc && o.n_on < 8) o.set_on[o.n_on++] = argv[++i];
-        else if (!strcmp(argv[i], "--off") && i + 1 < argc && o.n_off < 8) o.set_off[o.n_off++] = argv[++i];
+        else if (!strcmp(argv[i], "--decode-only")) o.decode_only = 1;
         else {
-            fprintf(stderr, "usage: bench_gpu_e2e [--config NAME]... [--ctx N] [--reps N] [--kmax K] [--seed S] [--ab-pairs N] "
-                            "[--eager] [--profile] [--ab-only NAME,...] [--on NAME] [--off NAME]\n");
+            fprintf(stderr, "usage: bench_gpu_e2e [--config NAME]... [--ctx N] [--reps N] [--kmax K] [--seed S] [--eager] "
+                            "[--decode-only] [--profile]\n");
             return 2;
         }
     }
-    for (const char *p = o.ab_only; p && *p;) { // every --ab-only name is a variant
-        const size_t n = strcspn(p, ",");
-        char nm[32];
-        snprintf(nm, sizeof nm, "%.*s", (int)(n < sizeof nm - 1 ? n : sizeof nm - 1), p);
-        if (!variant_named(nm)) {
-            fprintf(stderr, "bench_gpu_e2e: --ab-only %s: no such variant\n", nm);
-            return 2;
-        }
-        p += n + (p[n] == ',');
-    }
-    for (int i = 0; i < o.n_on + o.n_off; i++) {
-        const char *nm = i < o.n_on ? o.set_on[i] : o.set_off[i - o.n_on];
-        if (!variant_named(nm)) {
-            fprintf(stderr, "bench_gpu_e2e: --on/--off %s: no such variant\n", nm);
-            return 2;
-        }
-    }
-    if (o.reps < 1 || o.kmax < 0 || o.kmax > 31 || o.ctx < 0 || o.ab_pairs < 1 || o.ab_pairs > AB_PAIRS_MAX) {
-        fprintf(stderr, "bench_gpu_e2e: need --reps >= 1, 0 <= --kmax <= 31, --ctx >= 0, 1 <= --ab-pairs <= %d\n", AB_PAIRS_MAX);
+    if (o.reps < 1 || o.kmax < 0 || o.kmax > 31 || o.ctx < 0) {
+        fprintf(stderr, "bench_gpu_e2e: need --reps >= 1, 0 <= --kmax <= 31, --ctx >= 0\n");
         return 2;
     }
     if (!n_cfg) {

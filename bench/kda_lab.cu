@@ -238,41 +238,19 @@ static cudaError_t scan_pa(float *S, int n_slots, sd_dev_pos n0, int T, int H, c
 
 
 #include "lab.cuh" // CK, median, lab_copy_gbs
-
-// ---------------------------------------------------------------------------------------------
-// CPU reference: engine/cpu/kda.c kda_step, transcribed (same operations in the same order).
-static void kda_step_cpu(const float *S_src, float *S_dst, const float *q, const float *k, const float *v,
-                         const float *g, float beta, int d, float *o) {
-    std::vector<float> ks(d, 0.0f), u(d), qs(d);
-    for (int i = 0; i < d; i++) {
-        const float e = expf(g[i]);
-        const float *src = S_src + (size_t)i * d;
-        float *dst = S_dst + (size_t)i * d;
-        for (int j = 0; j < d; j++) {
-            dst[j] = src[j] * e;
-            ks[j] += dst[j] * k[i];
-        }
-    }
-    for (int j = 0; j < d; j++) u[j] = beta * (v[j] - ks[j]);
-    const float scale = 1.0f / sqrtf((float)d);
-    for (int i = 0; i < d; i++) qs[i] = q[i] * scale;
-    for (int j = 0; j < d; j++) o[j] = 0.0f;
-    for (int i = 0; i < d; i++) {
-        float *dst = S_dst + (size_t)i * d;
-        for (int j = 0; j < d; j++) {
-            dst[j] += k[i] * u[j];
-            o[j] += dst[j] * qs[i];
-        }
-    }
+extern "C" {
+#include "layers.h" // sd_kda_step (the CPU reference)
 }
 
+// ---------------------------------------------------------------------------------------------
+// CPU reference: the engine's own step (engine/cpu/layers.h sd_kda_step), over every head and token.
 static void kda_scan_cpu(float *S, int n_slots, int n0, int T, int H, int d, const float *qc, const float *kc,
                          const float *vc, const float *gate, const float *beta, float *y) {
     const size_t P = (size_t)H * d, per_slot = P * d;
     for (int h = 0; h < H; h++)
         for (int t = 0; t < T; t++) {
             const size_t o = (size_t)t * P + (size_t)h * d;
-            kda_step_cpu(S + (size_t)((n0 + t) % n_slots) * per_slot + (size_t)h * d * d,
+            sd_kda_step(S + (size_t)((n0 + t) % n_slots) * per_slot + (size_t)h * d * d,
                          S + (size_t)((n0 + t + 1) % n_slots) * per_slot + (size_t)h * d * d, qc + o, kc + o,
                          vc + o, gate + o, beta[(size_t)t * H + h], d, y + o);
         }
@@ -462,8 +440,8 @@ static void run_version(int v, const scan_args &a, cudaStream_t stream) {
         break;
     case 2: {
         sd_status st;
-        if (sd_cuda_kda_scan(a.S, a.n_slots, sd_pos_fixed(a.n0), a.T, a.H, a.d, a.q, a.k, a.v, a.g, a.beta, nullptr, nullptr, a.y, nullptr, false, stream,
-                             &st) != SD_OK) {
+        if (sd_cuda_kda_scan(a.S, a.n_slots, sd_pos_fixed(a.n0), a.T, a.H, a.d, a.q, a.k, a.v, a.g, a.beta, nullptr, nullptr,
+                             a.y, false, stream, &st) != SD_OK) {
             fprintf(stderr, "sd_cuda_kda_scan: %s\n", st.msg);
             exit(1);
         }
@@ -478,8 +456,8 @@ static void run_version(int v, const scan_args &a, cudaStream_t stream) {
     case 7: CK((scan_pa<128, 28, 16>(a.S, a.n_slots, sd_pos_fixed(a.n0), a.T, a.H, a.q, a.k, a.v, a.g, a.beta, a.y, true, stream))); break;
     case 8: CK((scan_pa<128, 14, 16>(a.S, a.n_slots, sd_pos_fixed(a.n0), a.T, a.H, a.q, a.k, a.v, a.g, a.beta, a.y, true, stream))); break;
     case 9:
-        scan_tile_kernel<128, 16, false><<<a.H * 4, 256, 0, stream>>>(a.S, a.n_slots, sd_pos_fixed(a.n0), a.T, a.H, a.q, a.k, a.v,
-                                                             a.g, a.beta, nullptr, nullptr, a.y, true, false, sd_kda_out_norm{});
+        scan_tile_kernel<128, 16><<<a.H * 4, 256, 0, stream>>>(a.S, a.n_slots, sd_pos_fixed(a.n0), a.T, a.H, a.q, a.k, a.v,
+                                                               a.g, a.beta, nullptr, nullptr, a.y, true, false);
         break;
     }
     CK(cudaGetLastError());

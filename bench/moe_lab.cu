@@ -1,4 +1,5 @@
-// moe_lab.cu — kernel lab for the MoE block (MODEL.md "MoE"; kernels/moe.h; CPU: engine/cpu/moe.c
+// moe_lab.cu — kernel lab for the MoE block (MODEL.md "MoE"; kernels/moe_route.h, moe_experts.h;
+// CPU: engine/cpu/moe.c
 // sd_moe_route, sd_moe_forward). For T tokens x (T, D):
 //     s = sigmoid(router·x_t);  sel_t = top-K of s + bias (ties to the lower index);
 //     w_tj = s[sel_tj] / Σ_j s[sel_tj] · 2.446;
@@ -8,7 +9,7 @@
 // One routed expert is 3 × 1024 × 2304 × 2 B = 14.2 MB; the layer's 256 are 3.6 GB, far beyond
 // the 50-60 MB L2, so only the experts the T tokens select (the DISTINCT ones) can be read.
 //
-// Versions. Both are engine/cuda/walk.c moe_block with the RMSNorm unfused (norm NULL) and
+// Versions. Both are engine/cuda/moe_block.c's arms with the RMSNorm unfused (norm NULL) and
 // out = MoE(x) (accumulate off), calling the production launchers of specdec_kernels.
 // Measured (NVIDIA H200, 2026-11-29, copy 4249 GB/s, L2 flushed): v1 T=1 70.8 us (129.8 MB,
 // 43.1% of copy), T=5 247.5 us (51.4%), T=9 410.1 us (50.4%); v2 (eager) 2.3-2.7x slower. Every
@@ -16,17 +17,17 @@
 //   1  the device-table arm: one sd_cuda_linear_multi launch (router logits + the shared
 //      expert's gate/up/silu), sd_cuda_moe_select (sel, w and the grouping by expert, on the
 //      device), one sd_cuda_moe_up over every group, one sd_cuda_moe_down that also runs the
-//      shared expert's down and the combine. Four launches, no host sync, capturable. walk.c
+//      shared expert's down and the combine. Four launches, no host sync, capturable. moe_block.c
 //      runs up/down in passes when its FFN scratch holds fewer than T·K activation rows; at
 //      these dims it holds max_T·9216 / 1024 = 9·max_T >= 8·T rows: one pass, as here.
 //      The shared expert's gate+up rides in the up launch for 1-2 tokens (its blocks overlap
-//      the selection) and in the router's launch from 3 tokens, as in walk.c. Timed whole, and
+//      the selection) and in the router's launch from 3 tokens, as in moe_block.c. Timed whole, and
 //      by pieces (events between the launches): router (+ shared), select, experts up
 //      (+ shared), down+combine.
 //   2  the eager arm: the same first two launches, then the host reads sel/w back (pinned,
 //      stream drained), groups the entries (sd_cuda_moe_groups_host), uploads the grouping and
 //      launches up and down once per selected expert, then the combine alone: 2 + 2·distinct + 1
-//      launches and one host round trip. moe.h promises both arms give the same bits (checked).
+//      launches and one host round trip. moe_experts.h promises both arms give the same bits (checked).
 //
 // Checks (the output, sel and w are poisoned with NaN / -1 before every run, so a launch that
 // writes nothing fails): against the CPU reference (sd_moe_forward over a host copy of the same
@@ -56,10 +57,11 @@
 #include <vector>
 extern "C" {
 #include "layers.h" // sd_moe_forward (the CPU reference), sd_moe_weights, sd_state, sd_config
-#include "ops.h"    // sd_f32_to_bf16, sd_mat
+#include "tensor.h" // sd_f32_to_bf16, sd_mat
 }
-#include "linear.h" // sd_cuda_linear_multi, sd_lin_job
-#include "moe.h"    // sd_cuda_moe_select, _up, _down, _groups_host, _groups_ints, sd_cuda_expert
+#include "linear.h"      // sd_cuda_linear_multi, sd_lin_job
+#include "moe_experts.h" // sd_cuda_moe_up, _down, sd_cuda_expert
+#include "moe_route.h"   // sd_cuda_moe_select, _route_select, _groups_host, _groups_ints
 
 #include "lab.cuh" // CK, median, lab_copy_gbs
 // A launcher's sd_code: the lab stops on the first failure, naming it.
@@ -178,7 +180,7 @@ static void build_model(lab_model &m) {
     m.d_sh_down = bf16_mat(mat_of(m.d_arena, E, 2), D, IE);
 }
 
-// The block's device scratch (walk.c: x->router, sel, w, xg as the grouping, ffn_h1, ffn_h2,
+// The block's device scratch (moe_block.c: x->router, sel, w, xg as the grouping, ffn_h1, ffn_h2,
 // exp_out, yg) for up to MAXT tokens, and the eager arm's pinned route copies.
 struct lab_scratch {
     float *x;          // (NSETS, MAXT, D) input sets
@@ -231,9 +233,9 @@ static void poison(const lab_scratch &s, cudaStream_t q) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The versions: walk.c moe_block on x (T, D) into s.out. marks (5 events, or NULL) are recorded
+// The versions: moe_block.c moe_block on x (T, D) into s.out. marks (5 events, or NULL) are recorded
 // around version 1's four launches.
-// walk.c's MOE_SHARED_IN_UP_MAX_T: the shared expert's gate+up in the up launch for 1-2 tokens.
+// moe_block.c's MOE_SHARED_IN_UP_MAX_T: the shared expert's gate+up in the up launch for 1-2 tokens.
 static bool shared_in_up(int T) { return T <= 2; }
 
 static void route_part(const lab_model &m, const lab_scratch &s, const float *x, int T, cudaStream_t q,
@@ -244,13 +246,13 @@ static void route_part(const lab_model &m, const lab_scratch &s, const float *x,
     in[1].w = &m.d_sh_gate; in[1].w2 = &m.d_sh_up; in[1].x = x; in[1].ldx = D; in[1].y = s.hs; in[1].ldy = IE;
     in[1].mode = SD_LIN_SWIGLU;
     if (marks) CK(cudaEventRecord(marks[0], q));
-    if (sd_cuda_moe_route_select_fits(T, E, D, 1)) { // walk.c: one launch at one token (the select piece reads 0)
+    if (sd_cuda_moe_route_select_fits(T, E, D, 1)) { // moe_block.c: one launch at one token (the select piece reads 0)
         OKS(sd_cuda_moe_route_select(m.d_router, m.d_bias, x, nullptr,
                                      T, E, D, K, 1, true, SCALING, s.logits, s.sel, s.w, s.groups, s.ready + E + 2, s.ready,
                                      q, &st_));
         if (marks) CK(cudaEventRecord(marks[1], q));
     } else {
-        OKS(sd_cuda_linear_multi(in, shared_in_up(T) ? 1 : 2, T, q, &st_)); // walk.c: the shared expert here from 3 tokens
+        OKS(sd_cuda_linear_multi(in, shared_in_up(T) ? 1 : 2, T, q, &st_)); // moe_block.c: the shared expert here from 3 tokens
         if (marks) CK(cudaEventRecord(marks[1], q));
         OKS(sd_cuda_moe_select(s.logits, m.d_bias, T, E, K, 1, 1, true, SCALING, s.sel, s.w, s.groups, s.ready, q, &st_));
     }
@@ -275,9 +277,9 @@ static void moe1(const lab_model &m, const lab_scratch &s, const float *x, int T
     route_part(m, s, x, T, q, marks);
     sd_cuda_moe_args a = args_of(m, s, x, T);
     const int n_ent = T * K, gc = std::min(n_ent, E);
-    // walk.c's pass size: its FFN scratch rows over Ie (>= n_ent at these dims: one pass).
+    // moe_block.c's pass size: its FFN scratch rows over Ie (>= n_ent at these dims: one pass).
     const int per_pass = MAXT * std::max(I_DENSE, IE) / IE;
-    if (per_pass >= n_ent && T <= 2) a.ready = s.ready; // walk.c: one pass of 1-2 tokens (MOE_READY_MAX_T)
+    if (per_pass >= n_ent && T <= 2) a.ready = s.ready; // moe_block.c: one pass of 1-2 tokens (MOE_READY_MAX_T)
     for (int lo = 0; lo < n_ent; lo += per_pass) {
         const int hi = n_ent - lo < per_pass ? n_ent : lo + per_pass;
         OKS(sd_cuda_moe_up(&a, 0, gc, lo, hi, lo == 0, q, &st_)); // the shared expert with the first pass
@@ -344,7 +346,7 @@ static err compare(const float *got, const float *ref, size_t n) {
     return {den > 0 ? num / den : num, rmax > 0 ? dmax / rmax : dmax};
 }
 // The output: the FFN's three Linears + silu (device expf ≤ 2 ulp from glibc, fma, another dot
-// order) give fp32-level differences; tests/test_cuda_ops.c bounds the FFN at NMSE 1e-10. The
+// order) give fp32-level differences; tests/test_cuda_ops.c bounds the MoE experts at NMSE 1e-10. The
 // max relative bound is loose for fp32 noise (~1e-6 expected) but a wrong weight row, a missing
 // expert or shared term moves it by > 1e-2 (the canary below).
 static const double TOL_NMSE = 1e-10, TOL_REL = 1e-4;

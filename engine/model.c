@@ -14,6 +14,7 @@
 #include "philox.h" // sd_uniform
 #include "sample.h" // sd_argmax, sd_softmax, sd_sample
 #include "layers.h" // sd_kda_forward, sd_mla_forward, sd_ffn_forward, sd_moe_forward
+#include "ledger.h" // ledger_record_device
 
 sd_code sd_model_load(sd_model *m, const char *dir, sd_status *st) {
     memset(m, 0, sizeof *m);
@@ -48,13 +49,15 @@ static void norm_rows(const float *x, const float *w, int T, int D, float eps, f
 }
 
 // One layer: h += mixer(rmsnorm(h)); h += ffn(rmsnorm(h)). Level-2 buckets time the mixer and
-// the FFN calls when opts->trace asks for them.
-static void layer_forward(const sd_model *m, sd_state *s, int i, int T, const sd_forward_opts *opts) {
+// the FFN calls when opts->trace asks for them; the ledger (device 0: the host) records the
+// routing where the walk keeps it.
+static sd_code layer_forward(const sd_model *m, sd_state *s, int i, int T, const sd_forward_opts *opts, sd_status *st) {
     const sd_config *c = &m->cfg;
     const sd_layer_weights *ly = &m->w.layers[i];
     sd_scratch *x = &s->scratch;
     const int D = c->hidden_size;
     trace_burst *tb = opts ? opts->trace : NULL;
+    sd_code rc = SD_OK;
 
     TRACE_RANGE_PUSH(ly->mixer == SD_MIXER_KDA ? "kda" : "mla");
     norm_rows(x->x, ly->input_norm, T, D, c->rms_norm_eps, x->a);
@@ -74,6 +77,8 @@ static void layer_forward(const sd_model *m, sd_state *s, int i, int T, const sd
     t0 = trace_bucket_start(tb);
     if (ly->is_moe) {
         sd_moe_forward(&ly->moe, c, s, x->a, T, x->mix);
+        const int K = c->num_experts_per_token;
+        if (opts && opts->ledger) rc = ledger_record_device(opts->ledger, 0, i, x->sel, x->w, T * K, NULL, st);
         if (opts && opts->on_route)
             for (int t = 0; t < T; t++)
                 opts->on_route(opts->route_ctx, i, sd_state_next_pos(s) + t, x->sel + (size_t)t * c->num_experts_per_token,
@@ -84,6 +89,7 @@ static void layer_forward(const sd_model *m, sd_state *s, int i, int T, const sd
     trace_bucket_stop(tb, TRACE_BUCKET_VFFN, t0);
     add_into(x->x, x->mix, (size_t)T * D);
     TRACE_RANGE_POP();
+    return rc;
 }
 
 // The sampling request of o on n rows of logits: P_r into o->probs (or `scratch`, in place when
@@ -126,8 +132,9 @@ sd_code sd_forward(const sd_model *m, sd_state *s, const int *tokens, int T, flo
         char name[32];
         snprintf(name, sizeof name, "layer %d", i);
         TRACE_RANGE_PUSH(name);
-        layer_forward(m, s, i, T, opts);
+        rc = layer_forward(m, s, i, T, opts, st);
         TRACE_RANGE_POP();
+        if (rc) return rc;
     }
 
     int *argmax = opts ? opts->argmax : NULL;

@@ -12,6 +12,7 @@
 #include "weights.h" // sd_weights
 
 struct sd_backend;
+struct ledger;
 
 // Never copy an sd_model by value: its weight table (w.specs) points into the struct itself.
 typedef struct sd_model {
@@ -41,6 +42,10 @@ typedef struct {
     // Called once per (MoE layer, token) with the router's selection, in walk order.
     void (*on_route)(void *ctx, int layer, int pos, const int *sel, const float *w, int k);
     void *route_ctx;
+    // The selection ledger's device arm (ledger/ledger.h): each MoE layer's sel/w copied into its
+    // pre-armed slot where the walk keeps them (device memory on a GPU, inside a captured graph
+    // too; the CPU stand-in on the host). No host readback; NULL: off.
+    struct ledger *ledger;
     // Each output row's sd_argmax (T rows, or 1 with last_only) when not NULL. With logits NULL
     // the head still runs but its logits stay in the backend: greedy rounds move T ints, not
     // T·V floats.

@@ -44,7 +44,6 @@ static void layout(sd_state *s, bump *b) {
     x->gb = TAKE_F(b, T * P); x->beta = TAKE_F(b, T * Hk); x->y = TAKE_F(b, T * P);
     x->mq = TAKE_F(b, T * Hm * (dn + dr)); x->kv = TAKE_F(b, T * (R + dr));
     x->qabs = TAKE_F(b, T * Hm * R); x->lat = TAKE_F(b, T * Hm * R); x->mo = TAKE_F(b, T * Hm * dv);
-    x->mla_part = TAKE_F(b, T * Hm * SD_MLA_SPLIT * (R + 2));
     x->scores = TAKE_F(b, Hm * (size_t)s->capacity);
     x->ffn_h1 = TAKE_F(b, T * ffn); x->ffn_h2 = TAKE_F(b, T * ffn);
     x->exp_out = TAKE_F(b, T * K * D); x->xg = TAKE_F(b, T * D); x->yg = TAKE_F(b, T * D);
@@ -52,17 +51,15 @@ static void layout(sd_state *s, bump *b) {
     x->logits = TAKE_F(b, T * (size_t)c->vocab_size);
     x->sel = take(b, sizeof(int) * T * K);
     x->w = TAKE_F(b, T * K);
-    x->tickets = take(b, sizeof(int) * D);
-    x->moe_ready = take(b, sizeof(int) * (E + 2));
-    x->route_ticket = take(b, sizeof(int));
-    x->argmax_ws = take(b, sizeof(int) * SD_ARGMAX_WS_INTS(T));
     s->cursor = take(b, 2 * sizeof(int));
+    const sd_allocator *m = s->mem;
+    if (m && m->scratch_bytes) s->backend_scratch = take(b, m->scratch_bytes(c, s->max_T, m->ctx));
 }
 
 // The cursor follows len and pending (state.h).
 static void sync_cursor(sd_state *s) {
     if (s->mem) {
-        s->cursor_stale = s->mem->set_cursor(s->cursor, s->len, s->pending, s->mem->ctx);
+        s->mem->set_cursor(s->cursor, s->len, s->pending, s->mem->ctx);
     } else {
         s->cursor[0] = s->len;
         s->cursor[1] = s->pending;
@@ -128,6 +125,11 @@ sd_code sd_state_commit(sd_state *s, int n, sd_status *st) {
     s->pending = 0;
     sync_cursor(s);
     return SD_OK;
+}
+
+void sd_state_committed_on_device(sd_state *s, int n) {
+    s->len += n;
+    s->pending = 0;
 }
 
 float *sd_state_kda_S(const sd_state *s, int layer, int n) {

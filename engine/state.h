@@ -30,21 +30,12 @@ typedef struct {
     float *kpe;  // (capacity, dr) rope keys (rotated when RoPE is on)
 } sd_mla_state;
 
-// The most chunks the device MLA attention cuts a token's rows into (kernels/mla.cu); sizes the
-// scratch's mla_part (the CPU leaves it unused).
-#define SD_MLA_SPLIT 32
-// The most slices the device argmax cuts a row into (kernels/sampling.cu); sizes the scratch's
-// argmax_ws (a row: its ticket, then a value and an index per slice).
-#define SD_ARGMAX_SLICES 64
-#define SD_ARGMAX_WS_INTS(rows) ((size_t)(rows) * (2 * SD_ARGMAX_SLICES + 1))
-
 // Scratch for one forward of up to max_T tokens (contents meaningless between calls).
 typedef struct {
     float *x, *a, *mix;                 // (T, D) residual, normed input, sublayer output
     float *q, *k, *v, *qc, *kc, *vc;    // (T, P) KDA raw and convolved
     float *gate, *fa, *ga, *gb, *beta, *y; // KDA gates (T,P), (T,d), (T,d), (T,P), (T,Hk), (T,P)
     float *mq, *kv, *qabs, *lat, *mo;   // MLA (T,Hm(dn+dr)), (T,R+dr), (T,Hm,R), (T,Hm,R), (T,Hm dv)
-    float *mla_part;                    // (T, Hm, SD_MLA_SPLIT, R+2) the device attention's chunk partials
     float *scores;                      // (Hm, capacity) one row per head
     float *ffn_h1, *ffn_h2;             // (T, max FFN width)
     float *exp_out;                     // (T, K, D) routed expert outputs
@@ -53,14 +44,6 @@ typedef struct {
     float *logits;                      // (T, V) the head's output when the caller wants argmaxes only
     int *sel;                           // (T, K)
     float *w;                           // (T, K)
-    int *tickets;                       // (D) the device MoE down's row-block counters: zero between
-                                        // calls (the arena starts zeroed; each combine re-zeroes its own)
-    int *moe_ready;                     // (E + 2) the device MoE's readiness counters (moe.h): finished
-                                        // up blocks per expert, then the shared expert's, then finished
-                                        // down blocks; each selection zeroes them for its call
-    int *route_ticket;                  // (1) the one-token route + select launch's ticket (moe.h), likewise
-    int *argmax_ws;                     // SD_ARGMAX_WS_INTS(T): the device argmax's slice results and
-                                        // row tickets (zero between calls, as tickets)
 } sd_scratch;
 
 // Where a state's arena lives: host memory (NULL allocator) or a backend's device memory.
@@ -68,9 +51,11 @@ typedef struct sd_allocator {
     void *(*alloc)(size_t bytes, void *ctx); // NULL on failure
     void (*free)(void *p, void *ctx);
     void (*zero)(void *p, size_t bytes, void *ctx);
-    // cursor = {len, pending} in this memory, ordered before any later work on the state; or
-    // held (returns true): the state's cursor is stale until the backend's next forward writes it.
-    bool (*set_cursor)(int *cursor, int len, int pending, void *ctx);
+    // cursor = {len, pending} in this memory, ordered before any later work on the state.
+    void (*set_cursor)(int *cursor, int len, int pending, void *ctx);
+    // Bytes of scratch of the backend's own that each state carries at the end of its arena
+    // (sd_state.backend_scratch, zeroed with the state), or NULL: none.
+    size_t (*scratch_bytes)(const sd_config *cfg, int max_T, void *ctx);
     void *ctx;
 } sd_allocator;
 
@@ -82,10 +67,10 @@ typedef struct sd_state {
     int len;      // committed positions
     int pending;  // positions computed since the last commit (len .. len+pending-1)
     int *cursor;  // {len, pending} in the state's memory (what device kernels read)
-    bool cursor_stale; // cursor lags len/pending: the allocator held the write (set_cursor)
     sd_kda_state *kda; // per layer (NULL arrays for MLA layers)
     sd_mla_state *mla; // per layer (NULL arrays for KDA layers)
     sd_scratch scratch;
+    void *backend_scratch; // the allocator's scratch_bytes at the arena's end, or NULL
     void *arena;
     size_t arena_bytes;
 } sd_state;
@@ -103,6 +88,9 @@ void sd_state_reset(sd_state *s);
 void sd_state_advance(sd_state *s, int T);
 // Keep the first n of the pending positions (0 <= n <= pending) and drop the rest.
 sd_code sd_state_commit(sd_state *s, int n, sd_status *st);
+// The host's side of a commit the device already made (a captured round: its cursor says
+// {len + n, 0}, kernels/cursor.h sd_cuda_cursor_commit): len += n, pending = 0, no cursor write.
+void sd_state_committed_on_device(sd_state *s, int n);
 
 // Slot and row helpers (the indexing rules above).
 static inline int sd_state_slot(const sd_state *s, int n) { return n % (s->max_T + 1); }

@@ -14,8 +14,9 @@
 
 static __global__ void __launch_bounds__(ACCEPT_THREADS)
 accept_kernel(const int *__restrict__ drafts, int k, const int *__restrict__ top, const float *__restrict__ p,
-              const float *__restrict__ q, float *__restrict__ work, int V, uint64_t seed, uint32_t round, uint32_t pos_x,
+              const float *__restrict__ q, float *__restrict__ work, int V, uint64_t seed, sd_dev_draw at,
               int *__restrict__ out) {
+    const uint32_t round = at.round_dev ? *at.round_dev : at.round, pos_x = (uint32_t)sd_pos_read(at.pos);
     __shared__ int reject_sh; // the first rejected i (1-based); 0: all k stand
     __shared__ float inv_sh;
     __shared__ int flat_sh;   // the residual's sum is not positive: the bonus is drawn from p
@@ -71,11 +72,10 @@ accept_kernel(const int *__restrict__ drafts, int k, const int *__restrict__ top
 }
 
 extern "C" sd_code sd_cuda_accept(const int *drafts, int k, const int *top, const float *p, const float *q, float *work,
-                                  int V, uint64_t seed, uint32_t round, uint32_t pos_x, int *out, cudaStream_t stream,
-                                  sd_status *st) {
+                                  int V, uint64_t seed, sd_dev_draw at, int *out, cudaStream_t stream, sd_status *st) {
     SD_NVTX("sd_cuda_accept");
     if (k < 1 || V < 1) return sd_fail(st, SD_ERR_USAGE, "cuda accept: k = %d and V = %d must be >= 1", k, V);
-    accept_kernel<<<1, ACCEPT_THREADS, 0, stream>>>(drafts, k, top, p, q, work, V, seed, round, pos_x, out);
+    accept_kernel<<<1, ACCEPT_THREADS, 0, stream>>>(drafts, k, top, p, q, work, V, seed, at, out);
     SD_LAUNCH_CHECK(st);
     return SD_OK;
 }

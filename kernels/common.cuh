@@ -37,36 +37,24 @@ __device__ __forceinline__ void sd_pdl_wait_trigger() {
 }
 
 // kernel<<<grid, block, smem, stream>>>(args...), with the programmatic-serialization attribute
-// while sd_cuda_pdl_on(), and with cluster > 0 in thread-block clusters of that many blocks
-// along x (grid.x a multiple of it). Returns the launch's error.
+// while sd_cuda_pdl_on(). Returns the launch's error.
 template <class... KArgs, class... Args>
-static inline cudaError_t sd_launch_clustered(unsigned cluster, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
-                                              cudaStream_t stream, Args &&...args) {
+static inline cudaError_t sd_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                                    Args &&...args) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
-    cudaLaunchAttribute at[2];
+    cudaLaunchAttribute at[1];
     unsigned n = 0;
     if (sd_cuda_pdl_on()) {
         at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
         at[n++].val.programmaticStreamSerializationAllowed = 1;
     }
-    if (cluster > 0) {
-        at[n].id = cudaLaunchAttributeClusterDimension;
-        at[n].val.clusterDim.x = cluster;
-        at[n].val.clusterDim.y = 1;
-        at[n++].val.clusterDim.z = 1;
-    }
     cfg.attrs = at;
     cfg.numAttrs = n;
     return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
-}
-template <class... KArgs, class... Args>
-static inline cudaError_t sd_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                                    Args &&...args) {
-    return sd_launch_clustered(0, kernel, grid, block, smem, stream, std::forward<Args>(args)...);
 }
 
 // Sets `attr` of `kernel` on the current device to at least `value`: the runtime is asked once per
@@ -104,7 +92,7 @@ static inline cudaError_t sd_allow_smem(const void *kernel, size_t smem) {
 // Asks for `kernel`'s multiprocessors to get the largest shared-memory carveout
 // (cudaSharedmemCarveoutMaxShared) rather than the L1-heavy one the runtime picks for a kernel
 // with little shared memory: the launches after it, which need shared memory, can then share a
-// multiprocessor with its blocks (see moe.cu's up launch).
+// multiprocessor with its blocks (moe_experts.cu's one-token up launch, mla.cu).
 static inline cudaError_t sd_prefer_shared(const void *kernel) {
     return sd_func_attr_at_least(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
 }
@@ -119,6 +107,7 @@ struct sd_nvtx_scope {
 #define SD_NVTX(name) sd_nvtx_scope sd_nvtx_scope_(name)
 
 static inline int sd_ceil_div(long a, long b) { return (int)((a + b - 1) / b); }
+__host__ __device__ static inline bool sd_aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 static inline int sd_round32(int n) { return (n + 31) / 32 * 32; }
 
 // Activations: the CPU definitions (ops.h) with the device's expf/log1pf (≤ 2 ulp apart from
@@ -166,17 +155,18 @@ __device__ __forceinline__ void sd_widen16(const uint4 u, float *wf) {
     }
 }
 
-// L2 eviction priority of weight streams (sd_cuda_weights_evict_first, l2.h). A weight byte
-// is read once a forward and not again until the next one, 6 GB later for kimi-linear; streamed at
-// evict_first, the weights give way in L2 to what the step reads back soon — the KDA states and
-// MLA caches written a step earlier, the activations, the routing. pol 0: no hint (the plain
-// load or copy). A policy is one register, made once per thread.
+// The L2 policy of every weight stream: evict_first. A decode step reads each weight byte once
+// and the next step reads it again only after the rest of the model (gigabytes later), so no
+// weight survives in L2 between steps; what can survive is the step's own working set — the KDA
+// states and MLA cache rows written one step and read the next, the activations, the routing —
+// and weights streamed at evict_first give way to it (docs/EXPERIMENTS.md#l2-weights-evict-first).
+// A policy is one register, made once per thread; pol 0 below means no hint (the plain load or
+// copy), for streams that are not weights.
 __device__ __forceinline__ uint64_t sd_l2_evict_first() {
     uint64_t pol;
     asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
     return pol;
 }
-__device__ __forceinline__ uint64_t sd_l2_weights(int evict_first) { return evict_first ? sd_l2_evict_first() : 0; }
 
 // A read-only 16-byte load under an L2 policy (__ldg when pol is 0).
 __device__ __forceinline__ uint4 sd_ldg_pol(const uint4 *p, uint64_t pol) {

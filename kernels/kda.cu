@@ -6,9 +6,8 @@
 //          gate, g_b·ga into gb): one block per (head, f|g, token), a thread per row — its d
 //          weights loaded before the wait, then one chain over j increasing. Both read only the
 //          in-projection, so neither waits for the other: the launch costs the chain one
-//          dependency instead of two (a Linear launch of its own for f_b/g_b added 3.3-3.8 µs
-//          a KDA layer on the H200, bench/ktrace.c). It lets the scan start only after its own
-//          wait, as the scan lets the out kernel (pdl.h: shorter chains of waiting launches).
+//          dependency instead of two. It lets the scan start only after its own wait, as the scan
+//          lets the out kernel (pdl.h: shorter chains of waiting launches).
 //   gates: applied by the scan while it stages each token (kda_gate, sigmoid for β), from the raw
 //          projections, when given A_log and dt_bias.
 //   scan:  d = 32, 64, 96, 128 (the tiled scan): a block owns 32 value columns of one head
@@ -20,32 +19,12 @@
 //          (the CPU's order). k, exp(g), q·d^-0.5 are staged in shared memory by cp.async. The
 //          per-element operations are the CPU kda_step's (the device expf is the only
 //          difference); every order depends on d alone, never on T (verify ≡ decode bit for bit).
-//          bench/kda_lab.cu times the versions (the producer/chain kernel this replaced included).
-//   out:   one block per (head, token): RMSNorm over d (fixed-order block sum) ⊙ sigmoid(gb). Or
-//          folded into the tiled scan's launch (kda.h; the walk's default): a head's column blocks
-//          are one cluster and trade their sums of squares through distributed shared memory —
-//          the same sums in the same trees, hence the same bits, and one launch fewer a KDA layer.
-//          Measured on the H200 (bench_gpu_e2e, kimi-linear-48b-a3b decode at ctx 512, three
-//          runs, nine A/B measurements of three alternating pairs each way): a graph replay 2-17 µs
-//          faster (mean 9.7), stream launches within the spread (mean -0.5 µs; pairs from -11.2 to
-//          +11.8). With the cluster's second barrier waited on before the stores and gb read after
-//          the first: +1.8 µs stream, -9 µs graph (one run).
-// Tried and not kept (2026-11-29, kimi-linear-48b-a3b decode): the conv, the f_b/g_b Linears and
-// the scan folded into one launch per tiled-scan block (each block bulk-copying its head's f_b
-// rows and its g_b rows, then conv, gate dots, recurrence), bit for bit the three launches, but
-// the step went 2.83 -> 2.91 ms: its 68 KB of shared memory keeps it from becoming resident
-// beside the in-projection's blocks, and conv, dots and recurrence serialise after the wait
-// (critical-path increment 15.6 µs against 12.1 for the three launches, bench/ktrace.c). Nor the
-// conv alone folded into the tiled scan (each column block convolving its head's q and k — the
-// same block sums — and its own v columns, no f_b/g_b inside, no shared memory added): decode
-// 2.791 -> 2.911 ms with the conv after the scan's wait, 2.904 with it before (the f_b/g_b
-// launch letting the scan start only after its own wait, so the projections were complete); the
-// kda mixer 42.7 -> 45.7 µs. The conv's own launch runs beside f_b/g_b's for free; inside the
-// scan it lengthens the chain.
+//          bench/kda_lab.cu times the scan at other shapes.
+//   out:   one block per (head, token): RMSNorm over d (fixed-order block sum) ⊙ sigmoid(gb).
+// The conv, the gates and the scan stay three launches: folding them into one serialises conv,
+// dots and recurrence after the wait (docs/EXPERIMENTS.md#kda-one-launch).
 #include "kda.h"
 #include "common.cuh"
-#include "l2.h" // sd_cuda_weights_evict_first_on
-#include <cooperative_groups.h> // this_cluster: the folded output norm's exchange
 #include <cuda_pipeline.h>      // __pipeline_memcpy_async, _commit, _wait_prior
 
 // One block per (head, q|k|v, token), a thread per channel: the W-tap window over positions
@@ -60,7 +39,6 @@
 struct kda_lowrank {
     const void *f_b, *g_b;
     int f_bf16, g_bf16, pre; // pre: both bf16, d % 8 == 0, d <= 8·LOWRANK_PRE, 16-byte aligned rows
-    int ef;                  // pre's loads at L2 evict_first (l2.h)
     const float *fa, *ga;
     float *gate, *gb;
 };
@@ -75,7 +53,7 @@ __device__ static void lowrank_row(const kda_lowrank &lr, int h, bool g, int t, 
     uint4 wv[LOWRANK_PRE];
     if (lr.pre && c < d) {
         const uint4 *src = (const uint4 *)((const uint16_t *)W + (size_t)row * d);
-        const uint64_t pol = sd_l2_weights(lr.ef);
+        const uint64_t pol = sd_l2_evict_first();
 #pragma unroll
         for (int i = 0; i < LOWRANK_PRE; i++)
             if (i < d / 8) wv[i] = sd_ldg_pol(src + i, pol);
@@ -196,8 +174,7 @@ extern "C" sd_code sd_cuda_kda_conv(float *conv_rows, int n_rows, const float *q
     }
     const bool pre = f_b->dtype == SD_DT_BF16 && g_b->dtype == SD_DT_BF16 && d % 8 == 0 && d <= 8 * LOWRANK_PRE &&
                      (((uintptr_t)f_b->data | (uintptr_t)g_b->data) & 15) == 0;
-    const kda_lowrank lr = {f_b->data, g_b->data, f_b->dtype == SD_DT_BF16, g_b->dtype == SD_DT_BF16, pre,
-                            sd_cuda_weights_evict_first_on(), fa, ga, gate, gb};
+    const kda_lowrank lr = {f_b->data, g_b->data, f_b->dtype == SD_DT_BF16, g_b->dtype == SD_DT_BF16, pre, fa, ga, gate, gb};
     SD_CUDA_CHECK(st, sd_launch(conv_kernel, dim3(H, 5, T), sd_round32(d), sizeof(float) * (size_t)d, stream, conv_rows, n_rows,
                                 q, k, v, q_conv, k_conv, v_conv, P, d, W, pos0, settled ? 1 : 0, qc, kc, vc, lr));
     return SD_OK;
@@ -380,8 +357,7 @@ static __global__ void scan_global_kernel(float *S, int n_slots, sd_dev_pos at, 
     }
 }
 
-// (c) of one element, given its row's sum of squares ss: the CPU's formula. The one definition of
-// (c)'s elementwise arithmetic, for out_kernel and the scan's fold.
+// (c) of one element, given its row's sum of squares ss: the CPU's formula.
 __device__ __forceinline__ float gated_norm_of(float yv, float ss, float w, float g, float eps, int d) {
     const float scale = 1.0f / sqrtf(ss / (float)d + eps);
     return ((yv * scale) * w) * sd_dev_sigmoid(g);
@@ -396,71 +372,20 @@ __device__ __forceinline__ float gated_norm_of(float yv, float ss, float w, floa
 // rounding (NMSE-level). Per element the operations are kda_step's: S·e, ks += S·k,
 // u = β(v − ks), S += k·u, o += S·(q·d^-0.5).
 //
-// FOLD (kda.h's out): the head's D/32 column blocks are one thread-block cluster. Warp 0 keeps
-// a chunk's outputs in shared memory instead of y; at the chunk's end it sums its columns'
-// squares per token with sd_warp_sum (sd_block_sum's first stage: out_kernel's warp j0/32),
-// the cluster exchanges those sums through distributed shared memory, and warp 0 of every block
-// adds the head's D/32 of them in sd_block_sum's second tree (lane r: block rank r, which owns
-// columns 32r ..) and writes its columns through gated_norm_of — out_kernel's bits, without
-// its launch and without a round trip through global memory.
-template <int SC, bool FOLD> struct scan_fold_rows {
-    float yo[SC][32]; // warp 0's outputs of the chunk's tokens
-    float part[SC];   // their sums of squares over this block's 32 columns
-};
-template <int SC> struct scan_fold_rows<SC, false> {};
-
-template <int D, int KW, bool FOLD>
-struct scan_tile_smem : scan_fold_rows<16, FOLD> {
+template <int D, int KW>
+struct scan_tile_smem {
     static constexpr int SC = 16, NW = D / KW; // tokens staged at once; warps
     scan_tokens<D, SC - 1, 32> x;              // rows 0 .. SC-1: tokens c0 .. c0+SC-1
     float ks[NW][32], o[NW][32];               // the warps' partial sums of this token
 };
 
-// FOLD: tokens c0 .. c0+nt-1 of the chunk through (c) (above); g: warp 0's gb values of them
-// (loaded while the chunk ran), wn its o_norm value. Every thread of the block calls it: a
-// cluster barrier between the sums and their reads, and a second one whose wait comes last, so
-// every block's part stays alive and unchanged until the cluster has read it while the
-// normalised columns are computed and stored.
-template <int D, class SM>
-__device__ __forceinline__ void fold_out_norm(SM &sh, const float (&g)[SM::SC], float wn, float eps, int h, int c0, int nt,
-                                              size_t P, int j0, float *y) {
-    namespace cg = cooperative_groups;
-    cg::cluster_group cluster = cg::this_cluster();
-    const int lane = threadIdx.x & 31;
-    const bool w0 = threadIdx.x < 32;
-    if (w0)
-        for (int tt = 0; tt < nt; tt++) {
-            const float v = sh.yo[tt][lane];
-            const float p = sd_warp_sum(v * v);
-            if (lane == 0) sh.part[tt] = p;
-        }
-    cluster.sync();
-    float ss[SM::SC];
-    if (w0) {
-        const float *part = lane < D / 32 ? cluster.map_shared_rank(&sh.part[0], (unsigned)lane) : nullptr;
-#pragma unroll
-        for (int tt = 0; tt < SM::SC; tt++)
-            if (tt < nt) ss[tt] = part ? part[tt] : 0.0f;
-    }
-    auto read = cluster.barrier_arrive(); // this block has read the others' parts
-    if (w0) {
-        const size_t col = (size_t)h * D + j0 + lane;
-#pragma unroll
-        for (int tt = 0; tt < SM::SC; tt++) {
-            if (tt >= nt) break;
-            y[(size_t)(c0 + tt) * P + col] = gated_norm_of(sh.yo[tt][lane], sd_warp_sum(ss[tt]), wn, g[tt], eps, D);
-        }
-    }
-    cluster.barrier_wait(std::move(read));
-}
-
-template <int D, int KW, bool FOLD>
+template <int D, int KW>
 static __global__ void __launch_bounds__(D / KW * 32)
 scan_tile_kernel(float *S, int n_slots, sd_dev_pos at, int T, int H, const float *__restrict__ qc,
                  const float *__restrict__ kc, const float *__restrict__ vc, const float *__restrict__ gate,
                  const float *__restrict__ beta, const float *__restrict__ A_log, const float *__restrict__ dt_bias,
-                 float *__restrict__ y, bool vec, bool settled, const __grid_constant__ sd_kda_out_norm out) {
-    using sm = scan_tile_smem<D, KW, FOLD>;
+                 float *__restrict__ y, bool vec, bool settled) {
+    using sm = scan_tile_smem<D, KW>;
     __shared__ __align__(16) sm sh;
     const int h = blockIdx.x / (D / 32), j0 = (int)(blockIdx.x % (D / 32)) * 32;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, i0 = w * KW;
@@ -474,17 +399,11 @@ scan_tile_kernel(float *S, int n_slots, sd_dev_pos at, int T, int H, const float
     const float *src = S + (size_t)(n0 % n_slots) * per_slot + head;
 #pragma unroll
     for (int r = 0; r < KW; r++) s[r] = src[(size_t)(i0 + r) * D];
-    const float wn = FOLD && w == 0 ? out.o_norm[j0 + lane] : 0.0f; // a weight: read before the wait
     if (settled) sd_pdl_wait_trigger();
     for (int c0 = 0; c0 < T; c0 += sm::SC) {
         const int nt = min(sm::SC, T - c0);
         __syncthreads(); // the previous chunk's rows are read
         scan_stage_chunk<D, sm::SC - 1, 32>(sh.x, c0, 0, nt, h, j0, P, H, qc, kc, vc, gate, beta, scale, A_log, dt_bias, vec);
-        float g[sm::SC]; // FOLD: warp 0's gb of the chunk's tokens, in flight while the chunk runs
-        if (FOLD && w == 0)
-#pragma unroll
-            for (int tt = 0; tt < sm::SC; tt++)
-                if (tt < nt) g[tt] = out.gb[(size_t)(c0 + tt) * P + (size_t)h * D + j0 + lane];
         for (int tt = 0; tt < nt; tt++) {
             const float *k = sh.x.k[tt], *e = sh.x.e[tt], *q = sh.x.q[tt];
             float ks = 0.0f;
@@ -513,11 +432,9 @@ scan_tile_kernel(float *S, int n_slots, sd_dev_pos at, int T, int H, const float
                 float ot = sh.o[0][lane];
 #pragma unroll
                 for (int v = 1; v < sm::NW; v++) ot = ot + sh.o[v][lane];
-                if constexpr (FOLD) sh.yo[tt][lane] = ot;
-                else y[(size_t)(c0 + tt) * P + (size_t)h * D + j0 + lane] = ot;
+                y[(size_t)(c0 + tt) * P + (size_t)h * D + j0 + lane] = ot;
             }
         }
-        if constexpr (FOLD) fold_out_norm<D, sm>(sh, g, wn, out.eps, h, c0, nt, P, j0, y);
     }
 }
 
@@ -531,41 +448,34 @@ static cudaError_t scan_col(float *S, int n_slots, sd_dev_pos n0, int T, int H, 
 template <int D>
 static cudaError_t scan_tile(float *S, int n_slots, sd_dev_pos n0, int T, int H, const float *qc, const float *kc,
                              const float *vc, const float *gate, const float *beta, const float *A_log, const float *dt_bias,
-                             float *y, bool vec, bool settled, const sd_kda_out_norm *out, cudaStream_t stream) {
-    if (out) // FOLD: a head's column blocks form one cluster
-        return sd_launch_clustered(D / 32, scan_tile_kernel<D, 32, true>, H * (D / 32), D, 0, stream, S, n_slots, n0, T, H, qc,
-                                   kc, vc, gate, beta, A_log, dt_bias, y, vec, settled, *out);
-    return sd_launch(scan_tile_kernel<D, 32, false>, H * (D / 32), D, 0, stream, S, n_slots, n0, T, H, qc, kc, vc, gate, beta,
-                     A_log, dt_bias, y, vec, settled, sd_kda_out_norm{});
+                             float *y, bool vec, bool settled, cudaStream_t stream) {
+    return sd_launch(scan_tile_kernel<D, 32>, H * (D / 32), D, 0, stream, S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log,
+                     dt_bias, y, vec, settled);
 }
 
 extern "C" sd_code sd_cuda_kda_scan(float *S, int n_slots, sd_dev_pos n0, int T, int H, int d, const float *qc, const float *kc,
                                     const float *vc, const float *gate, const float *beta, const float *A_log,
-                                    const float *dt_bias, float *y, const sd_kda_out_norm *out, bool settled,
-                                    cudaStream_t stream, sd_status *st) {
+                                    const float *dt_bias, float *y, bool settled, cudaStream_t stream, sd_status *st) {
     SD_NVTX("sd_cuda_kda_scan");
     if (d < 1 || d > 1024) return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda kda: head_dim %d outside 1..1024", d);
     if (T < 1) return SD_OK;
     if (T >= n_slots) return sd_fail(st, SD_ERR_USAGE, "cuda kda scan: %d tokens need more than %d state slots", T, n_slots);
     if (!A_log != !dt_bias) return sd_fail(st, SD_ERR_USAGE, "cuda kda scan: A_log and dt_bias come together");
-    if (out && !(out->gb && out->o_norm))
-        return sd_fail(st, SD_ERR_USAGE, "cuda kda scan: the folded output norm needs gb and o_norm");
     const bool vec = (((uintptr_t)qc | (uintptr_t)kc | (uintptr_t)gate) & 15) == 0;
-    const bool tiled = d == 32 || d == 64 || d == 96 || d == 128;
     cudaError_t e;
     switch (d) {
     case 8: e = scan_col<8>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, stream); break;
     case 16: e = scan_col<16>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, stream); break;
-    case 32: e = scan_tile<32>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, settled, out, stream); break;
-    case 64: e = scan_tile<64>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, settled, out, stream); break;
-    case 96: e = scan_tile<96>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, settled, out, stream); break;
-    case 128: e = scan_tile<128>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, settled, out, stream); break;
+    case 32: e = scan_tile<32>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, settled, stream); break;
+    case 64: e = scan_tile<64>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, settled, stream); break;
+    case 96: e = scan_tile<96>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, settled, stream); break;
+    case 128: e = scan_tile<128>(S, n_slots, n0, T, H, qc, kc, vc, gate, beta, A_log, dt_bias, y, vec, settled, stream); break;
     default:
         e = sd_launch(scan_global_kernel, H, d, 3 * (size_t)d * sizeof(float), stream, S, n_slots, n0, T, H, d, qc, kc, vc, gate,
                       beta, A_log, dt_bias, y);
     }
     SD_CUDA_CHECK(st, e);
-    return out && !tiled ? sd_cuda_kda_out(y, out->gb, out->o_norm, out->eps, T, H, d, stream, st) : SD_OK;
+    return SD_OK;
 }
 
 static __global__ void out_kernel(float *__restrict__ y, const float *__restrict__ gb, const float *__restrict__ o_norm,

@@ -22,7 +22,8 @@ extern "C" {
 // the depthwise causal conv (taps (P, W), tap W-1 on the current token, zero before position 0)
 // + silu into qc, kc, vc (T, P), and per head q, k ← x / sqrt(Σx² + 1e-6). In the same launch
 // the gates' low-rank second halves: gate = f_b·fa, gb = g_b·ga (f_b, g_b [P, d] F32 or BF16;
-// fa, ga (T, d); gate, gb (T, P)), each element one fixed-order dot (kernels/kda.cu).
+// fa, ga (T, d); gate, gb (T, P)), each element one fixed-order dot (kernels/kda.cu). Needs
+// n_rows >= T + W - 1 (the ring holds this call's rows and the W-1 before them).
 sd_code sd_cuda_kda_conv(float *conv_rows, int n_rows, const float *q, const float *k, const float *v,
                          const float *q_conv, const float *k_conv, const float *v_conv, int T, int H, int d, int W,
                          sd_dev_pos pos0, bool settled, const sd_mat *f_b, const float *fa, float *gate, const sd_mat *g_b,
@@ -35,19 +36,10 @@ sd_code sd_cuda_kda_conv(float *conv_rows, int n_rows, const float *q, const flo
 // bit for bit; against the CPU's single chain it differs by rounding. With A_log (H) and dt_bias
 // (P), gate and beta are the raw projections and the scan applies the gates as it reads them:
 // g = -exp(A_log[h]) · softplus(gate + dt_bias), β = sigmoid(beta) (the CPU's formulas); with
-// both NULL they are final. out: NULL, or (c) below applied to y as well — in the scan's own
-// launch when d is 32, 64, 96 or 128 (the tiled scan: a head's d/32 column blocks form one
-// thread-block cluster and trade their sums of squares through distributed shared memory, in
-// sd_cuda_kda_out's order, so y gets the same bits), else by sd_cuda_kda_out's launch right
-// after the scan's.
-typedef struct {
-    const float *gb;     // (T, P)
-    const float *o_norm; // (d)
-    float eps;
-} sd_kda_out_norm;
+// both NULL they are final. Needs T < n_slots (slot n0 is never overwritten).
 sd_code sd_cuda_kda_scan(float *S, int n_slots, sd_dev_pos n0, int T, int H, int d, const float *qc, const float *kc,
                          const float *vc, const float *gate, const float *beta, const float *A_log, const float *dt_bias,
-                         float *y, const sd_kda_out_norm *out, bool settled, cudaStream_t stream, sd_status *st);
+                         float *y, bool settled, cudaStream_t stream, sd_status *st);
 
 // (c) In place: y_h ← rmsnorm(y_h, o_norm, eps) ⊙ sigmoid(gb_h) per (token, head); y, gb (T, P).
 sd_code sd_cuda_kda_out(float *y, const float *gb, const float *o_norm, float eps, int T, int H, int d,

@@ -9,8 +9,7 @@
 // in the same warp (one x load for both); from 3 tokens up a STORE/ADD warp takes two adjacent
 // rows, so each x load feeds two rows (the x loads from L1 are what bounds a many-token tile),
 // and so does it in a launch with the norm fused, whose every block recomputes the norm first:
-// half the blocks, half the prologues (kimi-linear KDA in-projection at T = 1: 26.8 -> 23.9 us;
-// re-measured 2026-12-01 with one row a warp again: decode 2.519 -> 2.547 ms, graph 2.444 -> 2.478).
+// half the blocks, half the prologues (docs/EXPERIMENTS.md#linear-two-rows-a-warp).
 // One or two tokens (BULK): the block's first thread bulk-copies the block's weight rows into
 // shared memory at once, before the wait for the predecessor and the fused norm, and the warps
 // dot them from there. With 4 tokens or more the sums hold the registers, so few chunks a lane
@@ -22,40 +21,13 @@
 #include "linear.cuh"
 #include "rows.cuh" // sd_block_rmsnorm, SD_NORM_THREADS
 #include "rows.h"  // sd_cuda_rmsnorm
-#include "cursor.h" // sd_cuda_cursor_advance
-#include "l2.h"     // sd_cuda_weights_evict_first_on
 #include <string.h>
 
 #define LIN_MAXJOB 8
 #define LIN_TILE 32
-// BULK: the most weight bytes a block holds in shared memory. Measured on the H200
-// (bench_gpu_e2e, kimi-linear-48b-a3b decode, one run each): off 3.233 ms, 40 KB 3.274, 80 KB
-// 3.175 (lm_head 96.6% -> 100.4% of the copy bandwidth). A persistent variant — one block per
-// multiprocessor streaming 40 KB tiles through 4 stages — was slower (3.81 ms; lm_head 74%): its
-// block-wide handoff per tile serialises the copies behind the dots. Nor did per-warp rings: a
-// resident grid whose warps each stream their own run of rows through 2-4 bulk-copied slots
-// (3.007 -> 3.182 ms at 2 blocks a multiprocessor, lm_head 73%; 3.03-3.44 at 1, 3 or 4). BULK
-// for 3..8 tokens too made verify slower (T=3 6.00 -> 6.31 ms, T=5 8.91 -> 9.23). BULK at one
-// row a warp up to 160 KB a block for rows too wide for this (kimi-linear's dense down, 9216
-// columns: one 147 KB block a multiprocessor) made that launch slower: increment 23.4 -> 33.7 µs
-// (bench/ktrace.c) — one block a multiprocessor cannot overlap a block's dots with the next copy;
-// nor did blocks of 4 such rows (74 KB, the block's other warps idle after the fused norm; 576
-// blocks, three a multiprocessor): decode 2.490 -> 2.495 ms, a graph replay 2.418 -> 2.423 (five
-// alternating pairs each, 2026-12-01; same bits, every GPU suite passed). Nor three rows a warp
-// in the launches with the norm fused (24 rows, 110 KB a block at 2304 columns, two blocks a
-// multiprocessor; the cap raised to 112 KB): decode 2.510 -> 2.731 ms, a graph replay 2.434 ->
-// 2.646 (five pairs).
-// Nor (2026-11-30) did a BULK block without the fused norm ask L1 for every line of its x rows
-// right after its wait (prefetch.global.L1, so the warps' rounds of chunks would wait on one
-// latency): o_proj's increment 6.59 -> 7.08 µs, lm_head's 178.8 -> 185.9 (ktrace); the MoE down
-// doing the same for its activation row: no change. Nor did such a block copy its x rows into
-// shared memory after its wait (one launch of one job, up to 16 KB of x: the o_projs; what the
-// MoE down gains from, moe.cu): decode 2.614-2.624 -> 2.691-2.697 ms, a graph replay 2.442-2.453
-// -> 2.530-2.543 — here the x loads overlap the dots, the staging does not. Nor (2026-12-01, three
-// alternating pairs, bench_gpu_e2e) did a launch carry only its jobs' parameters (lin_params
-// sized for 1, 2 or 8 jobs by a template, same bits): decode 2.511 -> 2.515 ms, a graph replay
-// 2.433 -> 2.442 — a parameter byte costs a launch next to nothing (read_lab: 704 bytes +12 ns
-// a stream launch against 64).
+// BULK: the most weight bytes a block holds in shared memory (two blocks a multiprocessor). Wider
+// blocks, persistent grids, BULK beyond two tokens and x staged in shared memory were all slower:
+// docs/EXPERIMENTS.md#linear-bulk.
 #define LIN_BULK_MAX (80 * 1024)
 
 typedef struct {
@@ -68,8 +40,6 @@ typedef struct {
                // blocks: half the norm prologues); more for narrow rows (narrow_rpw); 1 for SwiGLU
                // jobs and in a BULK launch where two would pass LIN_BULK_MAX
     int x_norm; // x is the fused norm's output: read the block's shared copy
-    int wpb;    // warps of the block that take rows (balanced_wpb): the others only join the fused
-                // norm and the barrier's initialisation
 } lin_seg;
 
 typedef struct {
@@ -81,9 +51,6 @@ typedef struct {
     float neps;
     int nn;
     int wt_off, bar_off; // BULK: shared-memory offsets of the weight rows and of their barrier
-    int *adv;            // a forward's cursor advance riding in the launch (adv[1] += adv_T), or NULL
-    int adv_T;
-    int ef;              // stream the weights at L2 evict_first (sd_cuda_weights_evict_first)
 } lin_params;
 
 #define LIN_NORM_SMEM (32 * 1024)
@@ -140,7 +107,7 @@ __device__ __forceinline__ void lin_dot_shared(const char *w0, bool bf0, const c
     }
 }
 
-// A block of SD_LIN_WARPS warps per wpb·rpw rows of one job (grid: every job's blocks, blk0
+// A block of SD_LIN_WARPS warps per SD_LIN_WARPS·rpw rows of one job (grid: every job's blocks, blk0
 // onwards). BULK (one or two tokens; every job's rows 16-byte aligned, a block's rows within
 // LIN_BULK_MAX bytes): thread 0 bulk-copies the block's weight rows (and, for SwiGLU, its up
 // rows) into shared memory before the wait for the predecessor and before the fused norm —
@@ -159,29 +126,27 @@ linear_kernel(const __grid_constant__ lin_params p) {
     uint64_t *bar = (uint64_t *)(lin_sm + p.bar_off); // BULK: their completion
     const bool glu = s.mode == SD_LIN_SWIGLU;
     const size_t esz = s.bf16 ? 2 : 4, esz2 = s.bf16_2 ? 2 : 4, pitch = (size_t)s.cols * esz, pitch2 = (size_t)s.cols * esz2;
-    const int first = ((int)blockIdx.x - s.blk0) * s.wpb * s.rpw;
-    const uint64_t pol = sd_l2_weights(p.ef);
+    const int first = ((int)blockIdx.x - s.blk0) * SD_LIN_WARPS * s.rpw;
+    const uint64_t pol = sd_l2_evict_first();
     if (BULK && threadIdx.x == 0) {
-        const int nrow = min(s.wpb * s.rpw, s.rows - first);
+        const int nrow = min(SD_LIN_WARPS * s.rpw, s.rows - first);
         const uint32_t b1 = (uint32_t)(nrow * pitch), b2 = glu ? (uint32_t)(nrow * pitch2) : 0u;
         sd_bulk_init(bar);
         sd_bulk_expect(bar, b1 + b2);
         sd_bulk_copy_pol(wt, (const char *)s.w + (size_t)first * pitch, b1, bar, pol);
-        if (glu) sd_bulk_copy_pol(wt + (size_t)s.wpb * s.rpw * pitch, (const char *)s.w2 + (size_t)first * pitch2, b2, bar, pol);
+        if (glu) sd_bulk_copy_pol(wt + (size_t)SD_LIN_WARPS * s.rpw * pitch, (const char *)s.w2 + (size_t)first * pitch2, b2, bar, pol);
     }
     // Many tokens: few chunks a lane in flight, so stream the block's rows into L2 first (also
     // before the wait).
     if (!BULK && TMAX >= 4 && threadIdx.x == 0) {
-        const int n = min(s.wpb * s.rpw, s.rows - first);
+        const int n = min(SD_LIN_WARPS * s.rpw, s.rows - first);
         sd_prefetch_l2((const char *)s.w + (size_t)first * pitch, (size_t)n * pitch);
         if (glu) sd_prefetch_l2((const char *)s.w2 + (size_t)first * pitch2, (size_t)n * pitch2);
     }
     sd_pdl_wait_trigger(); // pdl.h: the successor starts once this launch's predecessor is complete
-    if (p.adv && blockIdx.x == 0 && threadIdx.x == 0) p.adv[1] += p.adv_T; // after every earlier reader
     if (p.nn) lin_norm(p, a_sh);
     else if (BULK) __syncthreads(); // the barrier is initialised before any thread waits on it
     const sd_lin_rows xs = {s.x_norm ? a_sh : s.x, s.x_norm ? (size_t)p.nn : (size_t)s.ldx};
-    if ((int)(threadIdx.x >> 5) >= s.wpb) return; // whole warp: no rows (no block barrier follows)
     if (BULK) sd_bulk_wait(bar, 0);
     // The warp's rows wi .. wi+rpw-1 of the block, two at a time (a SwiGLU job: its one gate/up pair).
     for (int rr = 0; rr < s.rpw; rr += 2) {
@@ -194,7 +159,7 @@ linear_kernel(const __grid_constant__ lin_params p) {
         if (BULK) {
             const char *w0 = (const char *)wt + (size_t)wi * pitch;
             const char *w1 = !two ? nullptr
-                             : glu ? (const char *)wt + (size_t)s.wpb * s.rpw * pitch + (size_t)wi * pitch2
+                             : glu ? (const char *)wt + (size_t)SD_LIN_WARPS * s.rpw * pitch + (size_t)wi * pitch2
                                    : w0 + pitch;
             lin_dot_shared<TMAX>(w0, s.bf16, w1, glu ? s.bf16_2 : s.bf16, s.cols, xs, p.T, acc);
         } else {
@@ -206,12 +171,10 @@ linear_kernel(const __grid_constant__ lin_params p) {
     }
 }
 
-static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
-
 // Narrow rows (at most LIN_NARROW_BYTES): enough rows a warp that the job's blocks fit one wave
 // of the device's multiprocessors (up to LIN_NARROW_RPW). A grid of several waves of tiny blocks
 // costs its block turnover, and its successor launches only once its last wave has started
-// (pdl.h): the f_b/g_b launch of kimi-linear KDA (8192 rows of 128) took 1024 blocks.
+// (pdl.h): the f_b/g_b launch of kimi-linear KDA (8192 rows of 128) would take 1024 blocks.
 #define LIN_NARROW_BYTES 1024
 #define LIN_NARROW_RPW 32
 static int narrow_rpw(const sd_lin_job *j, int rpw, int sms) {
@@ -244,71 +207,18 @@ static int bulk_rpw(const sd_lin_job *j, int rpw, bool x_norm) {
     const bool glu = j->mode == SD_LIN_SWIGLU;
     const size_t p1 = (size_t)j->w->cols * (j->w->dtype == SD_DT_BF16 ? 2 : 4);
     const size_t p2 = glu ? (size_t)j->w2->cols * (j->w2->dtype == SD_DT_BF16 ? 2 : 4) : 0;
-    if (p1 % 16 || p2 % 16 || !aligned16(j->w->data) || (glu && !aligned16(j->w2->data))) return 0;
-    if (!x_norm && !(aligned16(j->x) && j->ldx % 4 == 0)) return 0;
+    if (p1 % 16 || p2 % 16 || !sd_aligned16(j->w->data) || (glu && !sd_aligned16(j->w2->data))) return 0;
+    if (!x_norm && !(sd_aligned16(j->x) && j->ldx % 4 == 0)) return 0;
     for (int r = rpw; r >= 1; r--)
         if ((size_t)SD_LIN_WARPS * r * (p1 + p2) <= LIN_BULK_MAX) return r;
     return 0;
 }
 
-// Warps of a BULK block that take rows (the same for every job of the launch): with the balance on
-// (sd_cuda_linear_balance), SD_LIN_WARPS unless fewer put at least LIN_BALANCE_GAIN less weight on
-// the busiest multiprocessor. The grid's blocks spread evenly, so that one holds
-// ceil(blocks / sms) of them: kimi-linear's o_projs (2304
-// rows of 8 KB) take 288 blocks of 8 rows, three on some multiprocessors and two on the rest, and
-// 384 blocks of 6 rows three on nearly all (144 KB against 192); its MLA q + kv_a projections 480
-// blocks of 14 rows instead of 420 of 16 (258 KB against 295). Off (the default): always
-// SD_LIN_WARPS. Measured on the H200 (bench_gpu_e2e kimi-linear-48b-a3b, alternating pairs): on
-// 2026-12-01, decode 2.502 -> 2.499 ms (five pairs, +4.9 .. -0.7 µs), a graph replay 2.426 ->
-// 2.422; once the weights streamed at L2 evict_first (l2.h, 2026-12-02), decode 2.457 -> 2.463
-// (five pairs, every one slower: -13.5 .. -2.6 µs) and 2.447 -> 2.452 (three), a graph replay
-// 2.388 either way and 2.390 -> 2.388 — so it is off. Nor did balancing only the launches with
-// the norm fused (the MLA in-projection's 420 blocks -> 481) pay: +2.4 and -0.6 µs (two runs of
-// five pairs), a graph replay +6.3 and +0.9.
-#define LIN_BALANCE_GAIN 0.05
-static bool g_balance = false;
-extern "C" bool sd_cuda_linear_balance(bool on) {
-    const bool was = g_balance;
-    g_balance = on;
-    return was;
-}
-static int balanced_wpb(const sd_lin_job *jobs, const int *rpw, int n, int sms) {
-    if (!g_balance || sms < 1) return SD_LIN_WARPS;
-    auto busiest = [&](int wpb) { // bytes of weight rows on the busiest multiprocessor
-        long blocks = 0;
-        size_t tile = 0;
-        for (int i = 0; i < n; i++) {
-            const sd_lin_job *j = &jobs[i];
-            if (j->w->rows < 1 || j->w->cols < 1) continue;
-            const bool glu = j->mode == SD_LIN_SWIGLU;
-            const size_t pitch = (size_t)j->w->cols * ((j->w->dtype == SD_DT_BF16 ? 2 : 4) +
-                                                       (glu ? (j->w2->dtype == SD_DT_BF16 ? 2 : 4) : 0));
-            blocks += sd_ceil_div(j->w->rows, wpb * rpw[i]);
-            if ((size_t)wpb * rpw[i] * pitch > tile) tile = (size_t)wpb * rpw[i] * pitch;
-        }
-        return (double)((blocks + sms - 1) / sms) * (double)tile;
-    };
-    const double full = busiest(SD_LIN_WARPS);
-    int best = SD_LIN_WARPS;
-    double best_cost = full;
-    for (int wpb = SD_LIN_WARPS - 1; wpb >= SD_LIN_WARPS / 2; wpb--) {
-        const double c = busiest(wpb);
-        if (c <= full * (1.0 - LIN_BALANCE_GAIN) && c < best_cost) {
-            best = wpb;
-            best_cost = c;
-        }
-    }
-    return best;
-}
-
 // One launch over jobs[0..n) (n <= LIN_MAXJOB) for tokens t0 .. t0+T-1 (norm: fused, or NULL).
-static sd_code launch(const sd_lin_job *jobs, int n, int t0, int T, const sd_lin_norm *norm, int *adv, int adv_T,
-                      cudaStream_t stream, sd_status *st) {
+static sd_code launch(const sd_lin_job *jobs, int n, int t0, int T, const sd_lin_norm *norm, cudaStream_t stream,
+                      sd_status *st) {
     lin_params p;
     memset(&p, 0, sizeof p);
-    p.adv = adv;
-    p.adv_T = adv_T;
-    p.ef = sd_cuda_weights_evict_first_on();
     if (norm) {
         p.nx = norm->x;
         p.nw = norm->w;
@@ -330,7 +240,6 @@ static sd_code launch(const sd_lin_job *jobs, int n, int t0, int T, const sd_lin
         if (jobs[i].w->rows >= 1 && jobs[i].w->cols >= 1)
             bulk = (rpws[i] = bulk_rpw(&jobs[i], rpw0[i], norm && jobs[i].x == norm->out)) > 0;
     if (!bulk) memcpy(rpws, rpw0, sizeof rpws);
-    const int wpb = bulk ? balanced_wpb(jobs, rpws, n, sms) : SD_LIN_WARPS;
     int blocks = 0;
     size_t tile = 0;
     for (int i = 0; i < n; i++) {
@@ -343,11 +252,11 @@ static sd_code launch(const sd_lin_job *jobs, int n, int t0, int T, const sd_lin
                        .x = j->x + (size_t)t0 * j->ldx, .y = j->y + (size_t)t0 * j->ldy, .rows = j->w->rows,
                        .cols = j->w->cols, .ldx = j->ldx, .ldy = j->ldy, .mode = (int)j->mode,
                        .bf16 = j->w->dtype == SD_DT_BF16, .bf16_2 = glu && j->w2->dtype == SD_DT_BF16,
-                       .xfast = aligned16(j->x) && j->ldx % 4 == 0, .blk0 = blocks, .rpw = rpw, .x_norm = x_norm, .wpb = wpb};
-        const size_t tb = (size_t)wpb * rpw * j->w->cols *
+                       .xfast = sd_aligned16(j->x) && j->ldx % 4 == 0, .blk0 = blocks, .rpw = rpw, .x_norm = x_norm};
+        const size_t tb = (size_t)SD_LIN_WARPS * rpw * j->w->cols *
                           ((j->w->dtype == SD_DT_BF16 ? 2 : 4) + (glu ? (j->w2->dtype == SD_DT_BF16 ? 2 : 4) : 0));
         if (tb > tile) tile = tb;
-        blocks += sd_ceil_div(j->w->rows, wpb * rpw);
+        blocks += sd_ceil_div(j->w->rows, SD_LIN_WARPS * rpw);
         p.n++;
     }
     if (!p.n) return SD_OK;
@@ -379,7 +288,7 @@ static sd_code check_jobs(const sd_lin_job *jobs, int n_jobs, sd_status *st) {
                                j->w->cols, j->w2->rows, j->w2->cols);
         }
         if (rc) return rc;
-        if (j->ldx < j->w->cols || j->ldy < (j->mode == SD_LIN_SWIGLU ? j->w->rows : j->w->rows))
+        if (j->ldx < j->w->cols || j->ldy < j->w->rows)
             return sd_fail(st, SD_ERR_USAGE, "cuda linear: row strides %d/%d below the matrix %dx%d", j->ldx, j->ldy,
                            j->w->rows, j->w->cols);
     }
@@ -393,35 +302,29 @@ extern "C" sd_code sd_cuda_linear_multi(const sd_lin_job *jobs, int n_jobs, int 
     for (int t0 = 0; t0 < T; t0 += LIN_TILE) {
         const int n = T - t0 < LIN_TILE ? T - t0 : LIN_TILE;
         for (int j0 = 0; j0 < n_jobs; j0 += LIN_MAXJOB) {
-            rc = launch(jobs + j0, n_jobs - j0 < LIN_MAXJOB ? n_jobs - j0 : LIN_MAXJOB, t0, n, NULL, NULL, 0, stream, st);
+            rc = launch(jobs + j0, n_jobs - j0 < LIN_MAXJOB ? n_jobs - j0 : LIN_MAXJOB, t0, n, NULL, stream, st);
             if (rc) return rc;
         }
     }
     return SD_OK;
 }
 
-extern "C" sd_code sd_cuda_linear_multi_norm_advance(const sd_lin_job *jobs, int n_jobs, int T, const sd_lin_norm *norm,
-                                                     int *cursor, int adv_T, cudaStream_t stream, sd_status *st) {
+extern "C" sd_code sd_cuda_linear_multi_norm(const sd_lin_job *jobs, int n_jobs, int T, const sd_lin_norm *norm,
+                                             cudaStream_t stream, sd_status *st) {
     SD_NVTX("sd_cuda_linear_multi_norm");
     sd_code rc = check_jobs(jobs, n_jobs, st);
     if (rc || T < 1) return rc;
     const bool fuse = T <= 2 && n_jobs <= LIN_MAXJOB && norm->n % 4 == 0 && norm->n > 0 &&
                       sizeof(float) * (size_t)T * norm->n <= LIN_NORM_SMEM;
     if (!fuse) {
-        if (cursor) rc = sd_cuda_cursor_advance(cursor, adv_T, stream, st);
-        if (!rc) rc = sd_cuda_rmsnorm(norm->x, norm->w, T, norm->n, norm->eps, norm->out, stream, st);
-        return rc ? rc : sd_cuda_linear_multi(jobs, n_jobs, T, stream, st);
+        SD_TRY(sd_cuda_rmsnorm(norm->x, norm->w, T, norm->n, norm->eps, norm->out, stream, st));
+        return sd_cuda_linear_multi(jobs, n_jobs, T, stream, st);
     }
     for (int i = 0; i < n_jobs; i++)
         if (jobs[i].x == norm->out && jobs[i].ldx != norm->n)
             return sd_fail(st, SD_ERR_USAGE, "cuda linear: a job reads the norm's output with row stride %d != %d", jobs[i].ldx,
                            norm->n);
-    return launch(jobs, n_jobs, 0, T, norm, cursor, adv_T, stream, st);
-}
-
-extern "C" sd_code sd_cuda_linear_multi_norm(const sd_lin_job *jobs, int n_jobs, int T, const sd_lin_norm *norm,
-                                             cudaStream_t stream, sd_status *st) {
-    return sd_cuda_linear_multi_norm_advance(jobs, n_jobs, T, norm, NULL, 0, stream, st);
+    return launch(jobs, n_jobs, 0, T, norm, stream, st);
 }
 
 extern "C" sd_code sd_cuda_linear(const sd_mat *w, const float *x, int T, float *y, cudaStream_t stream, sd_status *st) {

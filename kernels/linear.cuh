@@ -1,4 +1,5 @@
-// linear.cuh — the row dots every weight-streaming kernel of linear.cu and moe.cu is built on.
+// linear.cuh — the row dots every weight-streaming kernel is built on (linear.cu, moe_route.cu,
+// moe_experts.cu).
 //
 // Order per output element (the contract behind verify ≡ decode and eager ≡ device-table): a
 // row is cut into 16-byte chunks (8 bf16 or 4 f32 weights); lane l takes chunks l, l+32, l+64,
@@ -51,7 +52,7 @@ __device__ __forceinline__ void sd_bulk_wait(uint64_t *bar, uint32_t parity) {
     }
 }
 
-// sd_bulk_copy under an L2 policy (common.cuh's sd_l2_weights; 0: none).
+// sd_bulk_copy under an L2 policy (common.cuh's sd_l2_evict_first; 0: none).
 __device__ __forceinline__ void sd_bulk_copy_pol(void *dst, const void *src, uint32_t bytes, uint64_t *bar, uint64_t pol) {
     if (!pol) return sd_bulk_copy(dst, src, bytes, bar);
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;"
@@ -153,13 +154,10 @@ __device__ __forceinline__ bool sd_lin_fast_w(const void *w, int cols) {
     return ((uintptr_t)w & 15) == 0 && cols % sd_lin_vec<BF16>::n == 0;
 }
 
-// Chunks per lane in flight per iteration, for one weight row and for two sharing x. Measured on
-// the H200 (kimi-linear-48b-a3b decode): 4 beats 8, 12 and 16 for one token (more halves the resident blocks
-// and the step got slower); from 4 tokens up the Linear kernel also bulk-prefetches into L2. Nor
-// (2026-11-30) did 8 or 6 help the one register-path launch of a kimi decode, the dense FFN's
-// down (288 blocks of 9216-column rows): 2.508-2.517 ms at 8 and 2 blocks a multiprocessor,
-// 2.515-2.525 at 8 and 3, 2.510-2.534 at 6 and 3, against 2.510-2.530; re-measured 2026-12-01
-// (8 at 2, five alternating pairs): decode 2.510 -> 2.519 ms, a graph replay 2.434 -> 2.444.
+// Chunks per lane in flight per iteration, for one weight row and for two sharing x: 4 keeps four
+// blocks a multiprocessor resident at one token, and more chunks cost more residency than they
+// add bytes in flight (docs/EXPERIMENTS.md#linear-unroll); from 4 tokens up the Linear kernel
+// also bulk-prefetches into L2.
 template <int TMAX> struct sd_lin_unroll {
     static constexpr int one = TMAX <= 8 ? 4 : 2;
     static constexpr int two = TMAX <= 8 ? 2 : 1;
@@ -167,7 +165,7 @@ template <int TMAX> struct sd_lin_unroll {
 
 // One or two weight rows (dtype known at run time, warp-uniform) against n input rows: the
 // entry point the kernels use. w1 may be NULL (one row). xfast: every input row 16-byte aligned.
-// pol: the weight loads' L2 policy (common.cuh's sd_l2_weights; 0: none).
+// pol: the weight loads' L2 policy (common.cuh's sd_l2_evict_first; 0: none).
 template <int TMAX, class X, int U1 = sd_lin_unroll<TMAX>::one, int U2 = sd_lin_unroll<TMAX>::two>
 __device__ __forceinline__ void sd_lin_dot(const void *w0, bool bf0, const void *w1, bool bf1, int cols, const X &xs,
                                            int n, bool xfast, float (*acc)[TMAX], uint64_t pol = 0) {

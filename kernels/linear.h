@@ -35,7 +35,8 @@ typedef struct {
 } sd_lin_job;
 
 // Every job over the same T tokens in one launch (per 8 jobs and 32-token tile); each output
-// element has the order of sd_cuda_linear's, and SWIGLU's silu(g)·u is sd_cuda_silu_mul's.
+// element has the order of sd_cuda_linear's, and SWIGLU's product is silu(g)·u in fp32 (common.cuh's
+// sd_dev_silu: the CPU's sd_silu with the device expf).
 // Jobs must not write what another job of the call reads.
 sd_code sd_cuda_linear_multi(const sd_lin_job *jobs, int n_jobs, int T, cudaStream_t stream, sd_status *st);
 
@@ -55,17 +56,6 @@ typedef struct {
 // job may write norm->x.
 sd_code sd_cuda_linear_multi_norm(const sd_lin_job *jobs, int n_jobs, int T, const sd_lin_norm *norm,
                                   cudaStream_t stream, sd_status *st);
-// The same, and a forward's cursor advance (cursor[1] += adv_T, kernels/cursor.h) by the launch's
-// block 0 after its wait for the predecessor — the layer walk's last launch folded into the
-// head's first. When the norm cannot be fused the advance is a launch of its own, first.
-sd_code sd_cuda_linear_multi_norm_advance(const sd_lin_job *jobs, int n_jobs, int T, const sd_lin_norm *norm, int *cursor,
-                                          int adv_T, cudaStream_t stream, sd_status *st);
-
-// BULK launches (one or two tokens) balanced across the multiprocessors with blocks of fewer
-// rows when that lightens the busiest one (on) or always 8 warps of rows (off, the default:
-// linear.cu says why); the same bits either way. Returns the previous setting. Process-wide, for
-// bench_gpu_e2e's A/B.
-bool sd_cuda_linear_balance(bool on);
 
 #ifdef __cplusplus
 }

@@ -23,16 +23,11 @@
 //   merge    M = max_k m_k, f_k = e^(m_k−M), L = Σ_k l_k f_k, lat_r = (Σ_k fmaf acc_k[r]·f_k)·(1/L),
 //            k increasing;
 //   out      lane partials (fmaf over r = lane + 32i), sd_warp_sum's tree.
-// Differs from the CPU's i-ordered q̃ and two-pass softmax by rounding (NMSE-level).
-//
-// Replaced (2026-11-29): one 8-block thread-block cluster per (head group, token) with no
-// scratch — 43.5 µs cold at ctx 512, T = 1 (bench/mla_lab): only 30 clusters fit the H200 at once,
-// and each spent ~20 µs on serial distributed-shared-memory chains and cluster barriers.
+// Differs from the CPU's i-ordered q̃ and two-pass softmax by rounding (NMSE-level). A split
+// through scratch, not one thread-block cluster per head group: docs/EXPERIMENTS.md#mla-attend-cluster.
 #include <cuda_pipeline.h>
 #include "mla.h"
 #include "rows.cuh"
-#include "state.h" // SD_MLA_SPLIT
-#include "l2.h"    // sd_cuda_weights_evict_first_on
 
 #define MLA_COLS 64 // absorb: latent columns per block
 #define MLA_IG 4    // absorb: W_UK rows per partial sum of q̃
@@ -48,10 +43,9 @@ static_assert(SD_MLA_SPLIT <= 32, "merge: one lane per chunk");
 static_assert(MLA_HB == 4 && MLA_TILE % (MLA_THREADS / 32) == 0 && MLA_TILE <= 32, "split: thread roles (a float4 of head factors a row)");
 
 // The token at `pos` sees rows 0..pos, cut into *nch <= SD_MLA_SPLIT chunks of *cs rows (the last
-// one shorter): chunk k is rows [k·cs, min((k+1)·cs, pos+1)). A function of pos alone. At least
-// four tiles a chunk (8 chunks at ctx 512, a quarter of the merge's loads) took the kimi-linear
-// MLA mixer 41.0 -> 45.4 µs (bench_gpu_e2e, 2026-11-30): the split's tiles are serial in a block.
-// Merge blocks of 8 W_UV rows: 45.5 µs; of 32: 41.8 (16: 40.8-41.3).
+// one shorter): chunk k is rows [k·cs, min((k+1)·cs, pos+1)). A function of pos alone. Chunks
+// are as short as SD_MLA_SPLIT allows, since a split block's tiles are serial
+// (docs/EXPERIMENTS.md#mla-chunk-tiles).
 __host__ __device__ static inline void mla_chunking(int pos, int *nch, int *cs) {
     const int n = pos + 1, ntile = (n + MLA_TILE - 1) / MLA_TILE, tpc = (ntile + SD_MLA_SPLIT - 1) / SD_MLA_SPLIT;
     *cs = tpc * MLA_TILE;
@@ -101,7 +95,7 @@ __device__ static void cache_write_token(const sd_mla_write &wr, int t, int pos,
 template <bool BF16, bool VEC>
 static __global__ void __launch_bounds__(MLA_THREADS)
 absorb_kernel(float *__restrict__ mq, const void *__restrict__ kvb, int Hm, int dn, int dr, int dv, int R, sd_dev_pos at,
-              sd_mla_write wr, int fold, float *__restrict__ c, float *__restrict__ kpe, float *__restrict__ qabs, int ef) {
+              sd_mla_write wr, int fold, float *__restrict__ c, float *__restrict__ kpe, float *__restrict__ qabs) {
     sd_pdl_trigger();
     const int t = blockIdx.z, h = blockIdx.y, tid = threadIdx.x;
     if (fold && (int)blockIdx.x == (int)gridDim.x - 1) { // the cache write of token t (head 0's spare block)
@@ -116,7 +110,7 @@ absorb_kernel(float *__restrict__ mq, const void *__restrict__ kvb, int Hm, int 
     if (VEC) {
         const int c8 = tid % 8, gq = tid / 8, col = c0 + 8 * c8;
         const bool live = col < R; // R % 8 == 0: all 8 columns or none
-        const uint64_t pol = sd_l2_weights(ef);
+        const uint64_t pol = sd_l2_evict_first();
         uint4 wv[MLA_IG];
 #pragma unroll
         for (int e = 0; e < MLA_IG; e++) {
@@ -208,7 +202,7 @@ static size_t split_smem(int R, int dr) {
 // columns of the 4 heads. Each value of C read from shared memory feeds the 4 heads: the
 // kernel is bound by shared-memory bandwidth, and per output the order is the one above.
 // part[t][h][k] = (acc[0..R), m, l). NK: latent entries per lane (32·NK >= R). Two blocks a
-// multiprocessor: three (85 registers) took the kimi-linear MLA mixer 44.6 -> 49.7 µs (H200).
+// multiprocessor (docs/EXPERIMENTS.md#mla-split-blocks-per-sm).
 template <int NK, int RX, int DRX>
 static __global__ void __launch_bounds__(MLA_THREADS, 2)
 split_kernel(const float *__restrict__ mq, const float *__restrict__ qabs, const float *__restrict__ c,
@@ -244,12 +238,9 @@ split_kernel(const float *__restrict__ mq, const float *__restrict__ qabs, const
     }
 
     // Score role: warp w, tile rows RW·w .. RW·w+RW-1, for every head of the block — each value of
-    // C loaded from shared memory feeds MLA_HB heads' dots. Shared-memory bandwidth bounds this
-    // kernel: with a warp (and an accumulator thread) per head, loading C once per head, the
-    // kimi-linear split's increment was 11.2 µs a layer, now 8.9 (bench/ktrace.c, H200, ctx 512;
-    // the MLA mixer 44.5-44.8 -> 41.5-41.6 µs, decode 2.657-2.666 -> 2.629-2.638 ms). The serial
-    // sums (L here, merge's L) take their shuffles first and only the adds in order: the mixer
-    // 41.4-41.8 -> 40.9-41.1 µs, a graph replay 2.516-2.526 -> 2.504-2.507 ms.
+    // C loaded from shared memory feeds MLA_HB heads' dots: shared-memory bandwidth bounds this
+    // kernel. The serial sums (L here, merge's L) take their shuffles first and only the adds in
+    // order (docs/EXPERIMENTS.md#mla-split-heads-share-c).
     constexpr int RW = MLA_TILE / (MLA_THREADS / 32);
     const int r0 = w * RW;
     float qr[MLA_HB][NK], qp[MLA_HB][NP];
@@ -391,7 +382,7 @@ static size_t merge_smem(int R, int es) { return ((size_t)MLA_VR * R * es + 15) 
 template <bool BF16>
 static __global__ void __launch_bounds__(MLA_THREADS)
 merge_kernel(const void *__restrict__ kvb, const float *__restrict__ part, int Hm, int dn, int dv, int R, sd_dev_pos at,
-             int vec, float *__restrict__ mo, int ef) {
+             int vec, float *__restrict__ mo) {
     sd_pdl_trigger();
     constexpr int ES = BF16 ? 2 : 4;
     extern __shared__ __align__(16) unsigned char smb[];
@@ -402,7 +393,7 @@ merge_kernel(const void *__restrict__ kvb, const float *__restrict__ part, int H
     // This block's W_UV rows (contiguous in kv_b) into shared memory, before the wait.
     const unsigned char *src = (const unsigned char *)kvb + (size_t)(h * (dn + dv) + dn + v0) * R * ES;
     if (vec) {
-        const uint64_t pol = sd_l2_weights(ef);
+        const uint64_t pol = sd_l2_evict_first();
         for (int e = tid; e < nv * R * ES / 16; e += MLA_THREADS) sd_cp_async16_pol(wuv + 16 * e, src + 16 * e, pol);
         __pipeline_commit();
     } else {
@@ -471,20 +462,17 @@ extern "C" sd_code sd_cuda_mla_attend(float *mq, const sd_mat *kv_b, float *c, f
     const bool bf16 = kv_b->dtype == SD_DT_BF16;
     const int es = bf16 ? 2 : 4;
     const sd_mla_write none = {0};
-    const int fold = write != NULL, ef = sd_cuda_weights_evict_first_on();
+    const int fold = write != NULL;
     const dim3 ga(sd_ceil_div(R, MLA_COLS) + fold, Hm, T);
     const bool avec = bf16 && R % 8 == 0 && ((uintptr_t)kv_b->data & 15) == 0;
-    void (*absorb)(float *, const void *, int, int, int, int, int, sd_dev_pos, sd_mla_write, int, float *, float *, float *, int) =
+    void (*absorb)(float *, const void *, int, int, int, int, int, sd_dev_pos, sd_mla_write, int, float *, float *, float *) =
         avec ? absorb_kernel<true, true> : bf16 ? absorb_kernel<true, false> : absorb_kernel<false, false>;
     // Each of the three launches asks for the largest shared-memory carveout, so the blocks of the
     // launch after it (the next MLA step, then o_proj's 64 KB weight copies) can become resident
-    // beside its own. Measured (kimi-linear-48b-a3b decode, one run, three rounds): 2.510-2.530 ->
-    // 2.499-2.506 ms, a graph replay 2.436-2.441 -> 2.432-2.435. (The same for the KDA conv, scan
-    // and out kernels: 2.510-2.528, the KDA mixer 40.2-40.5 -> 41.9-43.5 µs; for the T <= 2 BULK
-    // Linear: 2.522-2.537.)
+    // beside its own; only here (docs/EXPERIMENTS.md#mla-carveout).
     SD_CUDA_CHECK(st, sd_prefer_shared((const void *)absorb));
     SD_CUDA_CHECK(st, sd_launch(absorb, ga, MLA_THREADS, 0, stream, mq, kv_b->data, Hm, dn, dr, dv, R, pos0, write ? *write : none,
-                                fold, c, kpe, qabs, ef));
+                                fold, c, kpe, qabs));
     const size_t ss = split_smem(R, dr);
     const int vec = R % 4 == 0 && dr % 4 == 0 && ((uintptr_t)c & 15) == 0 && ((uintptr_t)kpe & 15) == 0;
     const int per = (R + 31) / 32;
@@ -503,9 +491,9 @@ extern "C" sd_code sd_cuda_mla_attend(float *mq, const sd_mat *kv_b, float *c, f
     const dim3 gm(sd_ceil_div(dv, MLA_VR), Hm, T);
     SD_CUDA_CHECK(st, sd_prefer_shared(bf16 ? (const void *)merge_kernel<true> : (const void *)merge_kernel<false>));
     const cudaError_t e = bf16 ? sd_launch(merge_kernel<true>, gm, MLA_THREADS, merge_smem(R, es), stream, kv_b->data, (const float *)part, Hm, dn,
-                                   dv, R, pos0, mvec, mo, ef)
+                                   dv, R, pos0, mvec, mo)
                        : sd_launch(merge_kernel<false>, gm, MLA_THREADS, merge_smem(R, es), stream, kv_b->data, (const float *)part, Hm, dn,
-                         dv, R, pos0, mvec, mo, ef);
+                         dv, R, pos0, mvec, mo);
     SD_CUDA_CHECK(st, e);
     SD_LAUNCH_CHECK(st);
     return SD_OK;

@@ -11,6 +11,9 @@ extern "C" {
 #include "tensor.h"    // sd_mat
 #include "status.h" // sd_code, sd_status
 
+// The most chunks the attention cuts a token's cache rows into: sizes the partials `part` below.
+#define SD_MLA_SPLIT 32
+
 // Positions come from device memory (sd_dev_pos: a state's cursor, cursor.h), read by the kernels.
 //
 // The cache write for positions pos0 .. pos0+T-1, folded into the attention's first launch:

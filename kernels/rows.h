@@ -1,4 +1,4 @@
-// rows.h — row ops of the residual stream on the GPU: embedding gather, RMSNorm, residual add.
+// rows.h — row ops of the residual stream on the GPU: embedding gather, RMSNorm.
 #pragma once
 #include <cuda_runtime_api.h> // cudaStream_t
 
@@ -11,19 +11,10 @@ extern "C" {
 // x[t] = embed[tokens[t]] widened to f32 (exact); x (T, cols) in device memory, tokens (T) in
 // device memory or in pinned, device-mapped host memory (the forward's: engine/cuda/cuda_backend.h).
 sd_code sd_cuda_embed(const sd_mat *embed, const int *tokens, int T, float *x, cudaStream_t stream, sd_status *st);
-// The same, and cursor = {len, pending} (a device state's, kernels/cursor.h) written by the
-// launch after its wait for the predecessor, before the launch completes. cursor NULL: none.
-// Kernels launched after it must read the cursor only once this launch is complete.
-sd_code sd_cuda_embed_cursor(const sd_mat *embed, const int *tokens, int T, float *x, int *cursor, int len, int pending,
-                             cudaStream_t stream, sd_status *st);
-
 // out[r] = x[r] / sqrt(sum(x[r]²)/n + eps) ⊙ w for rows r < rows (row stride n); out may alias x.
 // One block of 256 threads per row; sum order fixed by n (sd_block_sum).
 sd_code sd_cuda_rmsnorm(const float *x, const float *w, int rows, int n, float eps, float *out,
                         cudaStream_t stream, sd_status *st);
-
-// x[i] += y[i], i < n.
-sd_code sd_cuda_add(float *x, const float *y, size_t n, cudaStream_t stream, sd_status *st);
 
 #ifdef __cplusplus
 }

@@ -2,17 +2,10 @@
 //   argmax:  a row cut into up to SD_ARGMAX_SLICES slices of contiguous indices, a block of 256
 //            per slice: per-thread first max in index order, then a tree merge by (value, index);
 //            the row's last slice block to finish (an atomic ticket) merges the slices' results
-//            the same way. Exact comparisons, so any merge order gives the CPU's answer. One
-//            block of 1024 per row took 13-15 µs on a 163840-entry row of the H200 (bench/ktrace.c):
-//            one multiprocessor's bandwidth.
-//            Not kept (2026-12-01, kimi-linear-48b-a3b, bench_gpu_e2e: three alternating pairs,
-//            stream / graph; ktrace): the head's argmax taken inside the lm_head launch, each row's
-//            (value, complemented index) 64-bit key maxed as the Linear stored it, a one-block
-//            launch reading the index out (the same answers, tested) — lm_head 177.5 µs became
-//            193.5 with every warp reading and maxing one key a token (decode +7.6 / +9.8 µs),
-//            189.1 with a block barrier and one atomic a block (+7.3 / +10.5), 195.1 with every
-//            warp's atomic spread over 64 keys a token (+13.0 / +16.0), against this launch's
-//            5.3 µs increment.
+//            the same way. Exact comparisons, so any merge order gives the CPU's answer. A row
+//            needs many blocks (one block is one multiprocessor's bandwidth), and the argmax stays
+//            a launch of its own rather than a tail of lm_head's (docs/EXPERIMENTS.md#argmax-slices,
+//            #argmax-in-lm-head).
 //   softmax: the argmax block, then e_i in parallel, the sum by one thread in index order (the
 //            CPU's rounding), the scale in parallel.
 //   sample:  one thread per row, the CPU loop as written (sd_dev_sample in sampling.cuh, shared
@@ -21,7 +14,6 @@
 #include "sampling.h"
 #include "philox.h"       // sd_uniform (host and device)
 #include "sampling.cuh"   // sd_dev_sample
-#include "state.h"        // SD_ARGMAX_SLICES
 
 #define SAMPLE_THREADS 1024
 #define ARGMAX_U 8 // float4 chunks a thread has in flight in block_argmax
@@ -179,27 +171,21 @@ extern "C" sd_code sd_cuda_softmax(const float *logits, int rows, int n, float t
     return SD_OK;
 }
 
-// One thread per row (blockIdx.x): the row's draw at position pos + r.
-static __global__ void sample_kernel(const float *__restrict__ p, int n, uint64_t seed, uint32_t round, uint32_t pos,
-                                     uint32_t purpose, int *__restrict__ out) {
+// One thread per row (blockIdx.x): the row's draw at position pos + r (read after the wait: the
+// round and position may be this forward's).
+static __global__ void sample_kernel(const float *__restrict__ p, int n, uint64_t seed, sd_dev_draw at, uint32_t purpose,
+                                     int *__restrict__ out) {
     sd_pdl_enter();
     const int r = blockIdx.x;
+    const uint32_t round = at.round_dev ? *at.round_dev : at.round, pos = (uint32_t)sd_pos_read(at.pos);
     out[r] = sd_dev_sample(p + (size_t)r * n, n, sd_uniform(seed, round, pos + (uint32_t)r, purpose));
 }
 
-extern "C" sd_code sd_cuda_sample_rows(const float *p, int rows, int n, uint64_t seed, uint32_t round, uint32_t pos,
-                                       uint32_t purpose, int *out, cudaStream_t stream, sd_status *st) {
+extern "C" sd_code sd_cuda_sample_rows(const float *p, int rows, int n, uint64_t seed, sd_dev_draw at, uint32_t purpose,
+                                       int *out, cudaStream_t stream, sd_status *st) {
     SD_NVTX("sd_cuda_sample_rows");
     if (rows < 1) return SD_OK;
-    SD_CUDA_CHECK(st, sd_launch(sample_kernel, rows, 1, 0, stream, p, n, seed, round, pos, purpose, out));
-    SD_LAUNCH_CHECK(st);
-    return SD_OK;
-}
-
-extern "C" sd_code sd_cuda_sample(const float *p, int n, uint64_t seed, uint32_t round, uint32_t pos, uint32_t purpose,
-                                  int *out, cudaStream_t stream, sd_status *st) {
-    SD_NVTX("sd_cuda_sample");
-    SD_CUDA_CHECK(st, sd_launch(sample_kernel, 1, 1, 0, stream, p, n, seed, round, pos, purpose, out));
+    SD_CUDA_CHECK(st, sd_launch(sample_kernel, rows, 1, 0, stream, p, n, seed, at, purpose, out));
     SD_LAUNCH_CHECK(st);
     return SD_OK;
 }

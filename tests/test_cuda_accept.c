@@ -136,8 +136,8 @@ static void check_kernel_case(variant v, int k, int V, uint64_t seed, cudaStream
     CU(cudaMemcpy(dq.p, q, dq.bytes, cudaMemcpyHostToDevice));
     CU(cudaMemcpy(dd.p, drafts, dd.bytes, cudaMemcpyHostToDevice));
     sd_status st = {0};
-    cr_assert_eq(sd_cuda_accept((int *)dd.p, k, NULL, (float *)dp.p, (float *)dq.p, (float *)dw.p, V, a.seed, a.round,
-                                a.pos_x, (int *)dout.p, stream, &st),
+    cr_assert_eq(sd_cuda_accept((int *)dd.p, k, NULL, (float *)dp.p, (float *)dq.p, (float *)dw.p, V, a.seed,
+                                sd_draw_fixed(a.round, a.pos_x), (int *)dout.p, stream, &st),
                  SD_OK, "%s", st.msg);
     CU(cudaStreamSynchronize(stream));
     int got[2];
@@ -192,7 +192,9 @@ Test(cuda_accept, kernel_equals_reference_greedy) {
         CU(cudaMemcpy(dd.p, drafts, sizeof(int) * k, cudaMemcpyHostToDevice));
         CU(cudaMemcpy(dt.p, top, sizeof(int) * (k + 1), cudaMemcpyHostToDevice));
         sd_status st = {0};
-        cr_assert_eq(sd_cuda_accept((int *)dd.p, k, (int *)dt.p, NULL, NULL, NULL, 3, 0, 0, 0, (int *)dout.p, 0, &st), SD_OK,
+        cr_assert_eq(sd_cuda_accept((int *)dd.p, k, (int *)dt.p, NULL, NULL, NULL, 3, 0, sd_draw_fixed(0, 0), (int *)dout.p, 0,
+                                    &st),
+                     SD_OK,
                      "%s", st.msg);
         CU(cudaMemcpy(got, dout.p, sizeof got, cudaMemcpyDeviceToHost));
         cr_assert(got[0] == n && got[1] == bonus, "case %d (k %d): (%d, %d), the CPU's (%d, %d)", c, k, got[0], got[1], n, bonus);

@@ -12,8 +12,6 @@ Test(cuda_graph, suite) { cr_skip_test("CUDA backend not built (no toolkit or -D
 #include "cuda_backend.h" // sd_cuda_device_count, sd_cuda_model_upload, sd_cuda_backend_of
 #include "cuda_graph.h"
 #include "cursor.h" // sd_cuda_cursor_commit
-#include "linear.h" // sd_cuda_linear_balance
-#include "l2.h"     // sd_cuda_weights_evict_first
 #include "pdl.h"    // sd_cuda_pdl
 
 static void need_gpu(void) {
@@ -153,14 +151,18 @@ Test(cuda_graph, replay_checks_like_forward) {
     sd_model_free(&dev);
 }
 
-// A switch of the walk (a backend field or a process setting) changes no bit: the same prompt
-// and steps (decode, a verify, decode, a short verify) on two states, one with it off and one
-// with it on, compared after each step (the logits and the argmaxes); then a captured
-// decode step taken with it on against a stream-launched one with it off.
-static void switch_changes_no_bits(void (*set)(sd_cuda_backend *b, bool on), const char *what, bool dflt) {
+// The launch mode (kernels/pdl.h: programmatic dependent launch or plain stream order, the one
+// process-wide switch of the walk) changes no bit: the same prompt and steps (decode, a verify,
+// decode, a short verify) on two states, one with the overlap off and one with it on, compared
+// after each step (the logits and the argmaxes); then a captured decode step taken with it on
+// against a stream-launched one with it off.
+static void set_overlap(bool on) { sd_cuda_pdl(on ? SD_PDL_OVERLAP : SD_PDL_OFF); }
+
+Test(cuda_graph, launch_overlap_changes_no_bits, .timeout = 300) {
+    need_gpu();
+    const char *what = "launch overlap";
     sd_model dev;
     device_model("configs/toy.json", &dev);
-    sd_cuda_backend *b = sd_cuda_backend_of(&dev);
     const int V = dev.cfg.vocab_size;
     enum { T = 5 };
     static const int steps[] = {1, T, 1, 2};
@@ -173,9 +175,9 @@ static void switch_changes_no_bits(void (*set)(sd_cuda_backend *b, bool on), con
         const int n = steps[i];
         random_tokens(78 + i, V, n, toks);
         sd_forward_opts o = {.argmax = aa};
-        set(b, false);
+        set_overlap(false);
         cr_assert_eq(sd_forward(&dev, &sa, toks, n, NULL, 0, &o, &st), SD_OK, "%s", st.msg);
-        set(b, true);
+        set_overlap(true);
         o.argmax = ab;
         cr_assert_eq(sd_forward(&dev, &sb, toks, n, NULL, 0, &o, &st), SD_OK, "%s", st.msg);
         snprintf(msg, sizeof msg, "%s: off vs on", what);
@@ -185,50 +187,18 @@ static void switch_changes_no_bits(void (*set)(sd_cuda_backend *b, bool on), con
     }
     sd_cuda_graph g;
     cr_assert_eq(sd_cuda_graph_capture(&dev, &sb, 1, &g, &st), SD_OK, "%s", st.msg);
-    set(b, false);
+    set_overlap(false);
     sd_forward_opts o = {.argmax = aa};
     cr_assert_eq(sd_forward(&dev, &sa, &x, 1, NULL, 0, &o, &st), SD_OK, "%s", st.msg);
     cr_assert_eq(sd_cuda_graph_forward(&g, &x, ab, &st), SD_OK, "%s", st.msg);
     snprintf(msg, sizeof msg, "%s: off vs captured on", what);
     assert_same_step(&sa, &sb, 1, V, aa, ab, msg, 4);
-    set(b, dflt); // the switch's default again (a process setting outlives the model)
+    set_overlap(true); // the default again (a process setting outlives the model)
     sd_cuda_graph_free(&g);
     sd_state_free(&sa);
     sd_state_free(&sb);
     sd_model_free(&dev);
 }
-
-#define SWITCH_TEST(field, what)                                                                  \
-    static void set_##field(sd_cuda_backend *b, bool on) { b->field = on; }                       \
-    Test(cuda_graph, field##_changes_no_bits, .timeout = 300) {                                   \
-        need_gpu();                                                                               \
-        switch_changes_no_bits(set_##field, what, true);                                          \
-    }
-// The KDA output norm folded into the scan's launch (kda.h).
-SWITCH_TEST(kda_norm_in_scan, "kda norm in scan")
-// A host commit's cursor write held for the next forward's embedding launch (device.c).
-SWITCH_TEST(cursor_in_embed, "cursor in embed")
-// The final RMSNorm fused into the lm_head launch (head.c).
-SWITCH_TEST(head_norm_fused, "head norm fused")
-// The walk's cursor advance in the head's first launch (head.c).
-SWITCH_TEST(advance_in_head, "advance in head")
-// A forward returning only argmaxes waits for their rows, not the stream (head.c).
-SWITCH_TEST(argmax_spin, "argmax spin")
-// Process settings: BULK Linear blocks balanced across the multiprocessors (linear.h), weights
-// streamed at L2 evict_first (l2.h), and programmatic dependent launch (kernels/pdl.h), which
-// only moves launches earlier.
-#define PROCESS_SWITCH_TEST(name, set_call, what, dflt)                                           \
-    static void set_##name(sd_cuda_backend *b, bool on) {                                         \
-        (void)b;                                                                                  \
-        set_call;                                                                                 \
-    }                                                                                             \
-    Test(cuda_graph, name##_changes_no_bits, .timeout = 300) {                                    \
-        need_gpu();                                                                               \
-        switch_changes_no_bits(set_##name, what, dflt);                                           \
-    }
-PROCESS_SWITCH_TEST(linear_balance, sd_cuda_linear_balance(on), "linear balance", false)
-PROCESS_SWITCH_TEST(weights_evict_first, sd_cuda_weights_evict_first(on), "weights evict first", true)
-PROCESS_SWITCH_TEST(launch_overlap, sd_cuda_pdl(on ? SD_PDL_OVERLAP : SD_PDL_OFF), "launch overlap", true)
 
 // A commit from a count in device memory (the accept kernel's n, plus the bonus position) moves
 // the cursor exactly as the host's commit does, and the next forward sees the same state.
@@ -251,12 +221,7 @@ Test(cuda_graph, device_commit_equals_host_commit, .timeout = 300) {
     cr_assert_eq(cudaMalloc((void **)&n_dev, sizeof(int)), cudaSuccess);
     cr_assert_eq(cudaMemcpy(n_dev, &n_accepted, sizeof(int), cudaMemcpyHostToDevice), cudaSuccess);
     cr_assert_eq(sd_state_commit(&sh, n_accepted + 1, &st), SD_OK);
-    sd_cuda_backend *b = sd_cuda_backend_of(&dev);
-    cr_assert(sh.cursor_stale == b->cursor_in_embed, "a host commit's write is held while cursor_in_embed");
-    cr_assert_eq(sd_cuda_cursor_sync(b, &sh, &st), SD_OK, "%s", st.msg); // both cursors are read below
-    cr_assert_eq(sd_cuda_cursor_sync(b, &sd, &st), SD_OK, "%s", st.msg);
-    cr_assert(!sh.cursor_stale && !sd.cursor_stale, "synced cursors are not stale");
-    cudaStream_t q = b->stream;
+    cudaStream_t q = sd_cuda_backend_of(&dev)->stream;
     cr_assert_eq(sd_cuda_cursor_commit(sd.cursor, n_dev, 1, q, &st), SD_OK, "%s", st.msg);
     int ch[2], cd[2];
     cr_assert_eq(cudaStreamSynchronize(q), cudaSuccess);

@@ -10,26 +10,10 @@
 #if !SPECDEC_HAVE_CUDA
 Test(cuda_spec, suite) { cr_skip_test("CUDA backend not built (no toolkit or -DSPECDEC_CUDA=OFF): GPU suite skipped"); }
 #else
-#include "cuda_backend.h" // sd_cuda_device_count, sd_cuda_model_upload
+#include "cuda_harness.h" // device_pair
 
 static void need_gpu(void) {
     if (sd_cuda_device_count() == 0) cr_skip_test("no CUDA device: GPU suite skipped");
-}
-
-// Target + derived draft of a config (draft = first n layers, tail scaled by E), on the GPU.
-static void device_pair(const char *config, int n_layers, float tail, sd_model *t, sd_model *d) {
-    sd_config cfg, dcfg;
-    load_config(config, &cfg);
-    sd_status st = {0};
-    cr_assert_eq(sd_draft_config(&cfg, n_layers, &dcfg, &st), SD_OK);
-    sd_synth_opts o = {.seed = 21, .dtype = SD_DT_BF16, .tail_from = n_layers, .tail_scale = tail, .depth = cfg.num_hidden_layers};
-    sd_model ht, hd;
-    cr_assert_eq(sd_synth_model(&ht, &cfg, &o, &st), SD_OK);
-    cr_assert_eq(sd_synth_model(&hd, &dcfg, &o, &st), SD_OK);
-    cr_assert_eq(sd_cuda_model_upload(&ht, t, &st), SD_OK, "%s", st.msg);
-    cr_assert_eq(sd_cuda_model_upload(&hd, d, &st), SD_OK, "%s", st.msg);
-    sd_model_free(&ht);
-    sd_model_free(&hd);
 }
 
 enum { N_PROMPT = 9, N_NEW = 48 };
@@ -37,7 +21,7 @@ enum { N_PROMPT = 9, N_NEW = 48 };
 static void check_spec_equals_greedy(const char *config, int n_layers, float tail) {
     need_gpu();
     sd_model t, d;
-    device_pair(config, n_layers, tail, &t, &d);
+    device_pair(config, n_layers, tail, 1, &t, &d);
     int prompt[N_PROMPT], want[N_NEW], got[N_NEW];
     random_tokens(4, t.cfg.vocab_size, N_PROMPT, prompt);
     sd_status st = {0};
@@ -72,7 +56,7 @@ Test(cuda_spec, toy_demo_pair, .timeout = 300) { check_spec_equals_greedy("confi
 Test(cuda_spec, device_argmax_equals_host_argmax) {
     need_gpu();
     sd_model t, d;
-    device_pair("configs/toy.json", 2, 0.1f, &t, &d);
+    device_pair("configs/toy.json", 2, 0.1f, 1, &t, &d);
     enum { T = 9 };
     const int V = t.cfg.vocab_size;
     int tokens[T], top_dev[T];
@@ -97,7 +81,7 @@ static void sync_model(void *m) { sd_model_sync(m); }
 Test(cuda_spec, level2_trace_from_device_kernels) {
     need_gpu();
     sd_model t, d;
-    device_pair("configs/toy.json", 2, 0.1f, &t, &d);
+    device_pair("configs/toy.json", 2, 0.1f, 1, &t, &d);
     int prompt[N_PROMPT], out[N_NEW];
     random_tokens(5, t.cfg.vocab_size, N_PROMPT, prompt);
     sd_status st = {0};

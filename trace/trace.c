@@ -122,6 +122,12 @@ void trace_bucket_stop(trace_burst *b, trace_bucket which, uint64_t t_start) {
     b->n_pairs++;
 }
 
+void trace_burst_add_pairs(trace_burst *b, const trace_pair *pairs, int n) {
+    if (!b || !b->events) return;
+    for (int i = 0; i < n; i++)
+        b->bucket_ns[pairs[i].which] += (uint64_t)(b->events->elapsed_ms(b->events->ctx, pairs[i].a, pairs[i].b) * 1e6);
+}
+
 void trace_burst_collect(trace_burst *b) {
     if (!b->events) return;
     if (b->sync) b->sync(b->sync_ctx);

@@ -56,6 +56,12 @@ typedef struct trace_events {
 
 #define TRACE_MAX_EVENT_PAIRS 4096
 
+// One level-2 bucket's start and stop events (event mode).
+typedef struct {
+    void *a, *b;
+    trace_bucket which;
+} trace_pair;
+
 // One burst's clocks and counts. Filled by the round loop (phases, acceptance) and by the
 // verify layer walk (buckets).
 typedef struct trace_burst {
@@ -69,7 +75,7 @@ typedef struct trace_burst {
     void (*sync)(void *ctx);             // drains the backend; NULL = nothing to drain (CPU)
     void *sync_ctx;
     const trace_events *events;          // level-2 event mode (NULL: drain and read the clock)
-    struct { void *a, *b; trace_bucket which; } pairs[TRACE_MAX_EVENT_PAIRS];
+    trace_pair pairs[TRACE_MAX_EVENT_PAIRS];
     int n_pairs, pairs_lost;             // recorded pairs; pairs the pool could not time
 } trace_burst;
 
@@ -87,6 +93,10 @@ void trace_burst_use_events(trace_burst *b, const trace_events *ev);
 // Event mode: drain, add every recorded pair's elapsed time to its bucket, release the events.
 // Call at the end of the burst, before emitting. A no-op in drain mode.
 void trace_burst_collect(trace_burst *b);
+
+// Event mode: adds the elapsed times of n pairs to their buckets and keeps the pairs (after a
+// drain): the pairs recorded while a graph was captured, which every replay records again.
+void trace_burst_add_pairs(trace_burst *b, const trace_pair *pairs, int n);
 
 // Level-2 bucket timing around one call inside the verify walk. Usage:
 //   uint64_t t = trace_bucket_start(b);  ...call...  trace_bucket_stop(b, TRACE_BUCKET_VKDA, t);

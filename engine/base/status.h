@@ -21,3 +21,11 @@ typedef struct {
 // `return sd_fail(st, SD_ERR_DATA, "%s: key '%s': ...", path, key);`. st may be NULL.
 sd_code sd_fail(sd_status *st, sd_code code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+// Return the code of `call` from the enclosing function when it fails (its message is already in
+// the status): the one early-return helper of library code.
+#define SD_TRY(call)                      \
+    do {                                  \
+        sd_code sd_try_rc_ = (call);      \
+        if (sd_try_rc_) return sd_try_rc_; \
+    } while (0)

@@ -10,11 +10,6 @@
 #include "check.h"         // SD_CUDA_CHECK
 #include "cuda_internal.h" // sd_cuda_accept_op, sd_cuda_check_device_ptr, SD_CUDA_ACCEPT_INTS
 
-#define TRY(call)                      \
-    do {                               \
-        sd_code try_rc_ = (call);      \
-        if (try_rc_) return try_rc_;   \
-    } while (0)
 
 // Offsets into the accept ints (device and pinned alike).
 enum { AT_DRAFTS = 0, AT_TOP = SD_ACCEPT_MAX_K, AT_OUT = 2 * SD_ACCEPT_MAX_K + 1 };
@@ -37,11 +32,11 @@ sd_code sd_cuda_accept_op(const sd_model *m, const sd_accept_args *a, int *n, in
         return sd_fail(st, SD_ERR_USAGE, "cuda accept: k must be in 1..%d, got %d", SD_ACCEPT_MAX_K, a->k);
     SD_CUDA_CHECK(st, cudaSetDevice(b->device));
     if (!a->top) {
-        TRY(sd_cuda_check_device_ptr(b, a->p, "accept: p", st));
-        TRY(sd_cuda_check_device_ptr(b, a->q, "accept: q (the draft's distributions)", st));
-        TRY(sd_cuda_check_device_ptr(b, a->work, "accept: work", st));
+        SD_TRY(sd_cuda_check_device_ptr(b, a->p, "accept: p", st));
+        SD_TRY(sd_cuda_check_device_ptr(b, a->q, "accept: q (the draft's distributions)", st));
+        SD_TRY(sd_cuda_check_device_ptr(b, a->work, "accept: work", st));
     }
-    TRY(ensure_accept_buffers(b, st));
+    SD_TRY(ensure_accept_buffers(b, st));
     cudaStream_t q = b->stream;
     // The staging may still feed a copy of an op that failed half way (a successful one drains).
     SD_CUDA_CHECK(st, cudaStreamSynchronize(q));
@@ -49,8 +44,8 @@ sd_code sd_cuda_accept_op(const sd_model *m, const sd_accept_args *a, int *n, in
     memcpy(h + AT_DRAFTS, a->drafts, sizeof(int) * (size_t)a->k);
     if (a->top) memcpy(h + AT_TOP, a->top, sizeof(int) * (size_t)(a->k + 1));
     SD_CUDA_CHECK(st, cudaMemcpyAsync(d, h, sizeof(int) * AT_OUT, cudaMemcpyHostToDevice, q));
-    TRY(sd_cuda_accept(d + AT_DRAFTS, a->k, a->top ? d + AT_TOP : NULL, a->p, a->q, a->work, a->V, a->seed, a->round,
-                       a->pos_x, d + AT_OUT, q, st));
+    SD_TRY(sd_cuda_accept(d + AT_DRAFTS, a->k, a->top ? d + AT_TOP : NULL, a->p, a->q, a->work, a->V, a->seed,
+                          sd_draw_fixed(a->round, a->pos_x), d + AT_OUT, q, st));
     SD_CUDA_CHECK(st, cudaMemcpyAsync(h + AT_OUT, d + AT_OUT, 2 * sizeof(int), cudaMemcpyDeviceToHost, q));
     SD_CUDA_CHECK(st, cudaStreamSynchronize(q));
     *n = h[AT_OUT];

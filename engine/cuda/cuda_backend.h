@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "backend.h" // sd_backend, sd_model, sd_state
-#include "moe.h"     // sd_cuda_expert
+#include "moe_experts.h" // sd_cuda_expert
 
 // How MoE experts run. Both arms produce the same bits (tests/test_cuda_ops.c checks it).
 typedef enum {
@@ -23,26 +23,9 @@ typedef struct sd_cuda_backend {
     sd_allocator mem;         // state arenas: cudaMalloc / cudaFree / memset on `stream`
     int device;               // CUDA ordinal
     char device_name[256];    // for receipts
-    cudaStream_t stream;      // every kernel of this model
+    cudaStream_t stream;      // every kernel of this model: its own, or another model's (share_stream)
+    cudaStream_t own_stream;  // the stream created with the model, destroyed with it
     sd_cuda_moe_arm moe_arm;  // settable at any time between forwards (default: device table)
-    bool kda_norm_in_scan;    // the KDA output norm folded into the scan's launch (kda.h): one
-                              //   launch fewer a KDA layer, same bits; settable like moe_arm
-                              //   (default on; bench_gpu_e2e's kfold A/B measures it against off)
-    bool head_norm_fused;     // the final RMSNorm in the lm_head launch (head.c) instead of a
-                              //   launch of its own; same bits, settable like moe_arm (default on;
-                              //   bench_gpu_e2e's hfold A/B measures it)
-    bool advance_in_head;     // the walk's cursor advance in the head's first launch (head.c)
-                              //   instead of a launch of its own; settable like moe_arm (default
-                              //   on; bench_gpu_e2e's afold A/B measures it)
-    bool argmax_spin;         // a forward that returns only argmaxes waits for their rows in
-                              //   pinned memory instead of draining the stream (head.c); settable
-                              //   like moe_arm (default on; bench_gpu_e2e's spin A/B measures it)
-    bool cursor_in_embed;     // a host commit's cursor write (sd_state_commit, _reset) is held by
-                              //   the state (cursor_stale) and made by the next forward's embedding
-                              //   launch instead of a launch of its own (device.c); settable like
-                              //   moe_arm (default on; bench_gpu_e2e's cfold A/B measures it)
-    uint64_t enqueued_ns;     // trace_now_ns() when the last forward had launched everything and
-                              //   began its drain: how far ahead of the device the host runs
     // Owned device memory.
     void *arena;              // the weights (arena_bytes, the host arena's layout)
     size_t arena_bytes;
@@ -53,8 +36,7 @@ typedef struct sd_cuda_backend {
     // its argmaxes and draws there directly: no copy operations at either end of a step.
     int *tokens_host;            // (tokens_cap) a forward's tokens, read by the embedding
     bool tokens_idle;            // no launched kernel reads tokens_host: the last forward that
-                                 //   wrote them ended drained or with its argmaxes landed (head.c;
-                                 //   every kernel before the argmax complete); false after a failed one
+                                 //   wrote them ended drained; false after a failed one
     int *argmax_host;            // (tokens_cap) each output row's argmax (sd_forward_opts.argmax)
     size_t tokens_cap;
     int *sampled_host;           // (sample_cap) each output row's draw (sd_forward_opts.sampled)
@@ -80,11 +62,9 @@ sd_code sd_cuda_model_upload(const sd_model *host, sd_model *dev, sd_status *st)
 // The backend of a device model; NULL when m is not a CUDA model.
 sd_cuda_backend *sd_cuda_backend_of(const sd_model *m);
 
-// Writes a state's held cursor (s->cursor_stale: cursor_in_embed) with a launch on the model's
-// stream: before work that reads or writes the device cursor outside sd_forward — a graph capture
-// or replay, a device commit, a copy of the cursor to the host. Graphs and the sublayer entries
-// (cuda_layers.h) call it themselves.
-sd_code sd_cuda_cursor_sync(sd_cuda_backend *b, sd_state *s, sd_status *st);
+// Puts b's work on owner's stream (the same device), after draining its own: a draft and its
+// target then order on one stream, so a round of both can be one graph capture (cuda_door.h).
+sd_code sd_cuda_backend_share_stream(sd_cuda_backend *b, const sd_cuda_backend *owner, sd_status *st);
 
 // A state for a device model (sd_state_init_on with the model's allocator).
 sd_code sd_cuda_state_init(sd_state *s, const sd_model *dev, int capacity, int max_T, sd_status *st);

@@ -9,7 +9,12 @@ static void *record(void *ctx) {
     sd_cuda_event_pool *p = ctx;
     if (p->used == p->n) return NULL; // the trace counts the pair as lost
     cudaEvent_t e = p->ev[p->used++];
-    return cudaEventRecord(e, p->stream) == cudaSuccess ? (void *)e : NULL;
+    // Inside a stream capture the record becomes an event record node of the graph (External),
+    // recorded again by every replay; outside, a plain record.
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(p->stream, &cs) != cudaSuccess) return NULL;
+    const unsigned flags = cs == cudaStreamCaptureStatusActive ? cudaEventRecordExternal : cudaEventRecordDefault;
+    return cudaEventRecordWithFlags(e, p->stream, flags) == cudaSuccess ? (void *)e : NULL;
 }
 
 static double elapsed_ms(void *ctx, void *a, void *b) {

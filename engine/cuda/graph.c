@@ -6,15 +6,15 @@
 #include <string.h>
 #include "check.h"         // SD_CUDA_CHECK
 #include "cuda_internal.h" // sd_cuda_walk, sd_cuda_head_logits, sd_cuda_state_is_ours
+#include "cuda_scratch.h"  // sd_cuda_scratch_of
 #include "sampling.h"      // sd_cuda_argmax
 
 // The graph's body on b->stream (in capture mode).
 static sd_code enqueue(sd_cuda_backend *b, const sd_model *m, sd_state *s, const sd_cuda_graph *g, sd_status *st) {
-    const bool in_head = b->advance_in_head; // the cursor advance (walk.c)
-    sd_code rc = sd_cuda_walk(b, m, s, g->tokens_host, g->T, NULL, !in_head, st);
-    if (!rc) rc = sd_cuda_head_logits(b, m, s, 0, g->T, in_head ? g->T : 0, st);
-    if (!rc) rc = sd_cuda_argmax(s->scratch.logits, g->T, m->cfg.vocab_size, g->argmax_host, s->scratch.argmax_ws, b->stream, st);
-    return rc;
+    SD_TRY(sd_cuda_walk(b, m, s, g->tokens_host, g->T, NULL, st));
+    SD_TRY(sd_cuda_head_logits(b, m, s, 0, g->T, st));
+    return sd_cuda_argmax(s->scratch.logits, g->T, m->cfg.vocab_size, g->argmax_host, sd_cuda_scratch_of(s).argmax_ws,
+                          b->stream, st);
 }
 
 sd_code sd_cuda_graph_capture(const sd_model *m, sd_state *s, int T, sd_cuda_graph *g, sd_status *st) {
@@ -29,8 +29,8 @@ sd_code sd_cuda_graph_capture(const sd_model *m, sd_state *s, int T, sd_cuda_gra
         return sd_fail(st, SD_ERR_USAGE, "cuda graph: T = %d outside 1..%d (the state's max_T)", T, s->max_T);
     *g = (sd_cuda_graph){.model = m, .state = s, .T = T};
     SD_CUDA_CHECK(st, cudaSetDevice(b->device));
-    sd_code rc = sd_cuda_cursor_sync(b, s, st); // not captured: the graph's embedding writes no cursor
-    if (!rc && (cudaMallocHost((void **)&g->tokens_host, sizeof(int) * (size_t)T) != cudaSuccess ||
+    sd_code rc = SD_OK;
+    if ((cudaMallocHost((void **)&g->tokens_host, sizeof(int) * (size_t)T) != cudaSuccess ||
                 cudaMallocHost((void **)&g->argmax_host, sizeof(int) * (size_t)T) != cudaSuccess))
         rc = sd_fail(st, SD_ERR_SYS, "cuda graph: cannot allocate the token buffers: %s", cudaGetErrorString(cudaGetLastError()));
     // Zeroed tokens: a replay before any upload still reads valid ids.
@@ -71,8 +71,6 @@ sd_code sd_cuda_graph_forward(sd_cuda_graph *g, const int *tokens, int *argmax, 
     if (rc) return rc;
     sd_cuda_backend *b = sd_cuda_backend_of(g->model);
     SD_CUDA_CHECK(st, cudaSetDevice(b->device));
-    rc = sd_cuda_cursor_sync(b, s, st); // a held commit: the graph reads the cursor
-    if (rc) return rc;
     memcpy(g->tokens_host, tokens, sizeof(int) * (size_t)T); // the previous replay drained; the embedding reads them here
     SD_CUDA_CHECK(st, cudaGraphLaunch((cudaGraphExec_t)g->exec, b->stream));
     SD_CUDA_CHECK(st, cudaStreamSynchronize(b->stream)); // its argmax kernel wrote argmax_host

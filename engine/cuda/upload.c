@@ -20,7 +20,9 @@ sd_cuda_backend *sd_cuda_backend_of(const sd_model *m) {
 static void backend_release(sd_cuda_backend *b) {
     if (!b) return;
     cudaSetDevice(b->device);
-    if (b->stream) cudaStreamSynchronize(b->stream);
+    // Only the model's own stream: a borrowed one may be gone with its owner (cudaFree below
+    // waits for the device's work either way).
+    if (b->own_stream) cudaStreamSynchronize(b->own_stream);
     cudaFree(b->arena);
     cudaFree(b->experts);
     cudaFree(b->accept_ints);
@@ -31,7 +33,7 @@ static void backend_release(sd_cuda_backend *b) {
     cudaFreeHost(b->sel_host);
     cudaFreeHost(b->w_host);
     cudaFreeHost(b->groups_host);
-    if (b->stream) cudaStreamDestroy(b->stream);
+    if (b->own_stream) cudaStreamDestroy(b->own_stream);
     free(b);
 }
 
@@ -102,15 +104,11 @@ static sd_code create(const sd_config *cfg, int device, const sd_cuda_weight_sou
                       sd_cuda_backend *b, sd_status *st) {
     b->device = device;
     b->moe_arm = SD_CUDA_MOE_DEVICE_TABLE;
-    b->kda_norm_in_scan = true;
-    b->cursor_in_embed = true;
-    b->head_norm_fused = true;
-    b->advance_in_head = true;
-    b->argmax_spin = true;
     SD_CUDA_CHECK(st, cudaSetDevice(device));
     sd_code rc = sd_cuda_device_name(device, b->device_name, sizeof b->device_name, st);
     if (rc) return rc;
-    SD_CUDA_CHECK(st, cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking));
+    SD_CUDA_CHECK(st, cudaStreamCreateWithFlags(&b->own_stream, cudaStreamNonBlocking));
+    b->stream = b->own_stream;
 
     dev->cfg = *cfg;
     rc = sd_weights_plan(&dev->cfg, &dev->w, st);
@@ -197,6 +195,23 @@ sd_code sd_cuda_model_upload_on(const sd_model *host, int device, sd_model *dev,
     memcpy(dev->config_sha256, host->config_sha256, sizeof dev->config_sha256);
     memcpy(dev->weights_sha256, host->weights_sha256, sizeof dev->weights_sha256);
     return SD_OK;
+}
+
+sd_code sd_cuda_backend_share_stream(sd_cuda_backend *b, const sd_cuda_backend *owner, sd_status *st) {
+    if (b->stream == owner->stream) return SD_OK;
+    if (b->device != owner->device)
+        return sd_fail(st, SD_ERR_USAGE, "cuda: a model on device %d cannot share the stream of one on device %d", b->device,
+                       owner->device);
+    SD_CUDA_CHECK(st, cudaSetDevice(b->device));
+    SD_CUDA_CHECK(st, cudaStreamSynchronize(b->stream));
+    b->stream = owner->stream;
+    return SD_OK;
+}
+
+sd_code sd_cuda_state_init(sd_state *s, const sd_model *dev, int capacity, int max_T, sd_status *st) {
+    const sd_cuda_backend *b = sd_cuda_backend_of(dev);
+    if (!b) return sd_fail(st, SD_ERR_USAGE, "cuda state: the model is not on a CUDA device");
+    return sd_state_init_on(s, &dev->cfg, capacity, max_T, &b->mem, st);
 }
 
 sd_code sd_cuda_model_upload(const sd_model *host, sd_model *dev, sd_status *st) {
