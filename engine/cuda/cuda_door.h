@@ -17,8 +17,9 @@
 // Where the graphs are cut (docs/CUDA.md "The decode-graph door"): trace level 0, one graph a
 // round; level 1, one graph a phase, the host draining the stream at each phase boundary (the
 // phase clocks of trace.h); level 2, as level 1 with CUDA event record nodes inside the verify
-// graph at the level-2 bucket boundaries (the walk's own), whose elapsed times are added to the
-// buckets after each replay — never a drain inside a graph.
+// graph at the level-2 bucket boundaries (the walk's own, from the trace's event pool: the burst
+// must be in event mode, trace_burst_use_events), whose elapsed times are added to the buckets
+// after each replay — never a drain inside a graph. The events stay the graph's until it closes.
 //
 // The door refuses to open (SD_ERR_USAGE) with the eager MoE arm, a route tap (on_route) or any
 // other host readback armed, models on different devices or not on a GPU; a capture or

@@ -7,7 +7,6 @@
 #include "cuda_internal.h" // sd_cuda_walk, sd_cuda_head_logits, sd_cuda_state_is_ours
 #include "cuda_scratch.h"  // sd_cuda_scratch_of
 #include "cursor.h"        // sd_cuda_cursor_commit
-#include "events.h"        // sd_cuda_event_pool
 #include "philox.h"        // SD_DRAW_DRAFT, SD_DRAW_DECODE
 #include "round.h"         // sd_cuda_round_publish
 #include "sampling.h"      // sd_cuda_argmax, sd_cuda_softmax, sd_cuda_sample_rows
@@ -16,7 +15,6 @@
 // The graphs of a round, in phase order (trace.h's phases); a plain step is one STEP graph.
 enum { G_DRAFT, G_VERIFY, G_ACCEPT, G_ROLL, G_MAINT, G_ROUND, G_STEP, G_COUNT };
 static const char *graph_name[G_COUNT] = {"draft", "verify", "accept", "rollback", "maintenance", "round", "step"};
-#define DOOR_EVENTS 512 // level-2 event pool: a verify's bucket boundaries, 2 or 3 per layer
 
 struct sd_cuda_door {
     const sd_model *target, *draft;
@@ -33,7 +31,6 @@ struct sd_cuda_door {
     float *p, *q, *work; // sampled: (k + 1, V) each, and (V); in the target's device memory
     int *pub;            // pinned, device-mapped (k + 2): n, bonus, d_1 .. d_k
     cudaGraphExec_t exec[G_COUNT];
-    sd_cuda_event_pool pool;
     trace_pair *vpairs;  // level 2: the verify graph's event pairs, re-recorded by every replay
     int n_vpairs;
 };
@@ -223,10 +220,6 @@ sd_code sd_cuda_door_open(const sd_model *target, sd_state *ts, const sd_model *
             d->work = f + 2 * (k2 - 1) * V;
         }
     }
-    if (!rc && level >= 2) {
-        rc = sd_cuda_events_init(&d->pool, target, DOOR_EVENTS, st);
-        if (!rc) trace_burst_use_events(o->trace, &d->pool.hooks);
-    }
     if (!rc && o->ledger) // the slots, before any capture opens
         for (int i = 0; i < target->cfg.num_hidden_layers && !rc; i++)
             if (sd_config_is_moe(&target->cfg, i))
@@ -245,7 +238,6 @@ void sd_cuda_door_close(sd_cuda_door *d) {
     cudaStreamSynchronize(d->tb->stream);
     for (int g = 0; g < G_COUNT; g++)
         if (d->exec[g]) cudaGraphExecDestroy(d->exec[g]);
-    if (d->pool.ev) sd_cuda_events_free(&d->pool);
     cudaFree(d->dev);
     cudaFreeHost(d->pub);
     free(d->vpairs);
