@@ -14,6 +14,8 @@
 #include "philox.h" // sd_uniform
 #include "sample.h" // sd_argmax, sd_softmax, sd_sample
 #include "layers.h" // sd_kda_forward, sd_mla_forward, sd_ffn_forward, sd_moe_forward
+#include "parallel/comm.h" // sd_comm_all_reduce
+#include "parallel/head.h" // sd_tp_head
 
 sd_code sd_model_load(sd_model *m, const char *dir, sd_status *st) {
     memset(m, 0, sizeof *m);
@@ -48,8 +50,9 @@ static void norm_rows(const float *x, const float *w, int T, int D, float eps, f
 }
 
 // One layer: h += mixer(rmsnorm(h)); h += ffn(rmsnorm(h)). Level-2 buckets time the mixer and
-// the FFN calls when opts->trace asks for them.
-static void layer_forward(const sd_model *m, sd_state *s, int i, int T, const sd_forward_opts *opts) {
+// the FFN calls when opts->trace asks for them. A rank of a group (m->comm) adds the ranks'
+// partial sublayer outputs (all-reduce) before each residual add; the collective is its only error.
+static sd_code layer_forward(const sd_model *m, sd_state *s, int i, int T, const sd_forward_opts *opts, sd_status *st) {
     const sd_config *c = &m->cfg;
     const sd_layer_weights *ly = &m->w.layers[i];
     sd_scratch *x = &s->scratch;
@@ -66,6 +69,8 @@ static void layer_forward(const sd_model *m, sd_state *s, int i, int T, const sd
         sd_mla_forward(&ly->mla, c, s, i, x->a, T, x->mix);
         trace_bucket_stop(tb, TRACE_BUCKET_VMLA, t0);
     }
+    sd_code rc = m->comm ? sd_comm_all_reduce(m->comm, i, "mixer", x->mix, (size_t)T * D, st) : SD_OK;
+    if (rc) return rc;
     add_into(x->x, x->mix, (size_t)T * D);
     TRACE_RANGE_POP();
 
@@ -82,8 +87,11 @@ static void layer_forward(const sd_model *m, sd_state *s, int i, int T, const sd
         sd_ffn_forward(&ly->dense, x->a, T, x->mix, x->ffn_h1, x->ffn_h2);
     }
     trace_bucket_stop(tb, TRACE_BUCKET_VFFN, t0);
+    rc = m->comm ? sd_comm_all_reduce(m->comm, i, "ffn", x->mix, (size_t)T * D, st) : SD_OK;
+    if (rc) return rc;
     add_into(x->x, x->mix, (size_t)T * D);
     TRACE_RANGE_POP();
+    return SD_OK;
 }
 
 // The sampling request of o on n rows of logits: P_r into o->probs (or `scratch`, in place when
@@ -126,8 +134,9 @@ sd_code sd_forward(const sd_model *m, sd_state *s, const int *tokens, int T, flo
         char name[32];
         snprintf(name, sizeof name, "layer %d", i);
         TRACE_RANGE_PUSH(name);
-        layer_forward(m, s, i, T, opts);
+        rc = layer_forward(m, s, i, T, opts, st);
         TRACE_RANGE_POP();
+        if (rc) return rc;
     }
 
     int *argmax = opts ? opts->argmax : NULL;
@@ -136,8 +145,13 @@ sd_code sd_forward(const sd_model *m, sd_state *s, const int *tokens, int T, flo
         const int first = last_only ? T - 1 : 0, n = T - first;
         float *out = logits ? logits : x->logits;
         norm_rows(x->x + (size_t)first * D, m->w.final_norm, n, D, c->rms_norm_eps, x->a);
-        sd_linear(&m->w.lm_head, x->a, n, out);
-        for (int r = 0; argmax && r < n; r++) argmax[r] = sd_argmax(out + (size_t)r * V, V);
+        if (m->comm) { // a rank holds its vocabulary rows: whole rows gathered, or argmaxes combined
+            rc = sd_tp_head(m->comm, &m->w.lm_head, x->a, n, V, logits || sampling ? out : NULL, argmax, st);
+            if (rc) return rc;
+        } else {
+            sd_linear(&m->w.lm_head, x->a, n, out);
+            for (int r = 0; argmax && r < n; r++) argmax[r] = sd_argmax(out + (size_t)r * V, V);
+        }
         if (sampling) sample_rows(opts, out, n, V, x->logits);
     }
     sd_state_advance(s, T);
