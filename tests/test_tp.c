@@ -89,9 +89,9 @@ static void check_close(const float *ref, const float *got, int n, int V, const 
     }
 }
 
-// N ranks against one: within tolerance for N = 2, 3, 4 and 6, F32 and BF16 weights.
+// N ranks against one: within tolerance for N = 2, 3, 4, 6 and 8, F32 and BF16 weights.
 Test(tp_model, sharded_equals_unsharded_within_tolerance) {
-    const int ranks[] = {2, 3, 4, 6};
+    const int ranks[] = {2, 3, 4, 6, 8}; // 8: a rank with no KDA or MLA head and no expert
     int tokens[N_TOK];
     for (int bf16 = 0; bf16 <= 1; bf16++) {
         sd_model full;
@@ -357,6 +357,7 @@ Test(tp_shard, a_shard_is_a_model_its_config_replans) {
             if (s.w.specs[i].keep_dtype) cr_assert_eq(s.w.specs[i].dtype, SD_DT_BF16, "%s keeps the model's dtype", s.w.specs[i].name);
         }
         sd_weights_free(&again);
+        cr_assert_eq(sd_model_save(&s, "/nonexistent/shard", &st), SD_ERR_USAGE, "a shard saved as a model");
         const sd_tp_share *sh = &p.rank[r];
         cr_assert_eq(s.cfg.kda_num_heads, sh->kda_heads.count);
         cr_assert_eq(s.cfg.num_attention_heads, sh->mla_heads.count);

@@ -64,7 +64,8 @@ static int parse(int argc, char **argv, run_opts *o) {
     const char *max_new = sd_args_str(&a, "--max-new"), *k = sd_args_str(&a, "--k");
     const char *temp = sd_args_str(&a, "--temperature"), *seed = sd_args_str(&a, "--seed");
     const char *trace = sd_args_str(&a, "--trace");
-    const char *tp = sd_args_str(&a, "--tp"), *tp_timeout = sd_args_str(&a, "--tp-timeout"), *tp_stop = sd_args_str(&a, "--tp-stop");
+    const char *tp = sd_args_str(&a, "--tp"), *tp_timeout = sd_args_str(&a, "--tp-timeout");
+    const char *tp_stop = sd_args_str(&a, "--tp-stop");
     o->json = sd_args_flag(&a, "--json");
     o->plain = sd_args_flag(&a, "--plain");
     bool ok = sd_args_done(&a);

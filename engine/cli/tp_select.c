@@ -41,7 +41,8 @@ sd_code sd_cli_tp_parse(const char *tp, const char *timeout, const char *stop, s
 }
 
 sd_code sd_cli_tp_check_backend(const sd_cli_tp *tp, sd_cli_backend be, sd_status *st) {
-    if (tp->ranks && be == SD_CLI_BACKEND_CUDA) return sd_fail(st, SD_ERR_UNSUPPORTED, "--tp with --backend cuda: not built yet");
+    if (tp->ranks && be == SD_CLI_BACKEND_CUDA)
+        return sd_fail(st, SD_ERR_UNSUPPORTED, "--tp with --backend cuda: not built yet");
     return SD_OK;
 }
 
