@@ -69,10 +69,10 @@ static sd_code layer_forward(const sd_model *m, sd_state *s, int i, int T, const
         sd_mla_forward(&ly->mla, c, s, i, x->a, T, x->mix);
         trace_bucket_stop(tb, TRACE_BUCKET_VMLA, t0);
     }
+    TRACE_RANGE_POP(); // the all-reduce stands apart from the sublayer in a profile
     sd_code rc = m->comm ? sd_comm_all_reduce(m->comm, i, "mixer", x->mix, (size_t)T * D, st) : SD_OK;
     if (rc) return rc;
     add_into(x->x, x->mix, (size_t)T * D);
-    TRACE_RANGE_POP();
 
     TRACE_RANGE_PUSH(ly->is_moe ? "moe" : "dense_ffn");
     norm_rows(x->x, ly->post_norm, T, D, c->rms_norm_eps, x->a);
@@ -87,10 +87,10 @@ static sd_code layer_forward(const sd_model *m, sd_state *s, int i, int T, const
         sd_ffn_forward(&ly->dense, x->a, T, x->mix, x->ffn_h1, x->ffn_h2);
     }
     trace_bucket_stop(tb, TRACE_BUCKET_VFFN, t0);
+    TRACE_RANGE_POP();
     rc = m->comm ? sd_comm_all_reduce(m->comm, i, "ffn", x->mix, (size_t)T * D, st) : SD_OK;
     if (rc) return rc;
     add_into(x->x, x->mix, (size_t)T * D);
-    TRACE_RANGE_POP();
     return SD_OK;
 }
 
