@@ -15,6 +15,8 @@
 #include "sample.h" // sd_argmax, sd_softmax, sd_sample
 #include "layers.h" // sd_kda_forward, sd_mla_forward, sd_ffn_forward, sd_moe_forward
 #include "ledger.h" // ledger_record_device
+#include "parallel/comm.h" // sd_comm_all_reduce
+#include "parallel/head.h" // sd_tp_head
 
 sd_code sd_model_load(sd_model *m, const char *dir, sd_status *st) {
     memset(m, 0, sizeof *m);
@@ -49,8 +51,9 @@ static void norm_rows(const float *x, const float *w, int T, int D, float eps, f
 }
 
 // One layer: h += mixer(rmsnorm(h)); h += ffn(rmsnorm(h)). Level-2 buckets time the mixer and
-// the FFN calls when opts->trace asks for them; the ledger (device 0: the host) records the
-// routing where the walk keeps it.
+// the FFN calls when opts->trace asks for them. A rank of a group (m->comm) adds the ranks'
+// partial sublayer outputs (all-reduce) before each residual add. The ledger records the routing
+// where the walk keeps it (device: the rank, 0 without a group).
 static sd_code layer_forward(const sd_model *m, sd_state *s, int i, int T, const sd_forward_opts *opts, sd_status *st) {
     const sd_config *c = &m->cfg;
     const sd_layer_weights *ly = &m->w.layers[i];
@@ -69,8 +72,10 @@ static sd_code layer_forward(const sd_model *m, sd_state *s, int i, int T, const
         sd_mla_forward(&ly->mla, c, s, i, x->a, T, x->mix);
         trace_bucket_stop(tb, TRACE_BUCKET_VMLA, t0);
     }
+    TRACE_RANGE_POP(); // the all-reduce stands apart from the sublayer in a profile
+    rc = m->comm ? sd_comm_all_reduce(m->comm, i, "mixer", x->mix, (size_t)T * D, st) : SD_OK;
+    if (rc) return rc;
     add_into(x->x, x->mix, (size_t)T * D);
-    TRACE_RANGE_POP();
 
     TRACE_RANGE_PUSH(ly->is_moe ? "moe" : "dense_ffn");
     norm_rows(x->x, ly->post_norm, T, D, c->rms_norm_eps, x->a);
@@ -78,7 +83,8 @@ static sd_code layer_forward(const sd_model *m, sd_state *s, int i, int T, const
     if (ly->is_moe) {
         sd_moe_forward(&ly->moe, c, s, x->a, T, x->mix);
         const int K = c->num_experts_per_token;
-        if (opts && opts->ledger) rc = ledger_record_device(opts->ledger, 0, i, x->sel, x->w, T * K, NULL, st);
+        if (opts && opts->ledger)
+            rc = ledger_record_device(opts->ledger, m->comm ? m->comm->rank : 0, i, x->sel, x->w, T * K, NULL, st);
         if (opts && opts->on_route)
             for (int t = 0; t < T; t++)
                 opts->on_route(opts->route_ctx, i, sd_state_next_pos(s) + t, x->sel + (size_t)t * c->num_experts_per_token,
@@ -87,9 +93,11 @@ static sd_code layer_forward(const sd_model *m, sd_state *s, int i, int T, const
         sd_ffn_forward(&ly->dense, x->a, T, x->mix, x->ffn_h1, x->ffn_h2);
     }
     trace_bucket_stop(tb, TRACE_BUCKET_VFFN, t0);
-    add_into(x->x, x->mix, (size_t)T * D);
     TRACE_RANGE_POP();
-    return rc;
+    if (!rc && m->comm) rc = sd_comm_all_reduce(m->comm, i, "ffn", x->mix, (size_t)T * D, st);
+    if (rc) return rc;
+    add_into(x->x, x->mix, (size_t)T * D);
+    return SD_OK;
 }
 
 // The sampling request of o on n rows of logits: P_r into o->probs (or `scratch`, in place when
@@ -143,8 +151,13 @@ sd_code sd_forward(const sd_model *m, sd_state *s, const int *tokens, int T, flo
         const int first = last_only ? T - 1 : 0, n = T - first;
         float *out = logits ? logits : x->logits;
         norm_rows(x->x + (size_t)first * D, m->w.final_norm, n, D, c->rms_norm_eps, x->a);
-        sd_linear(&m->w.lm_head, x->a, n, out);
-        for (int r = 0; argmax && r < n; r++) argmax[r] = sd_argmax(out + (size_t)r * V, V);
+        if (m->comm) { // a rank holds its vocabulary rows: whole rows gathered, or argmaxes combined
+            rc = sd_tp_head(m->comm, &m->w.lm_head, x->a, n, V, logits || sampling ? out : NULL, argmax, st);
+            if (rc) return rc;
+        } else {
+            sd_linear(&m->w.lm_head, x->a, n, out);
+            for (int r = 0; argmax && r < n; r++) argmax[r] = sd_argmax(out + (size_t)r * V, V);
+        }
         if (sampling) sample_rows(opts, out, n, V, x->logits);
     }
     sd_state_advance(s, T);

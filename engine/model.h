@@ -13,6 +13,7 @@
 
 struct sd_backend;
 struct ledger;
+struct sd_comm;
 
 // Never copy an sd_model by value: its weight table (w.specs) points into the struct itself.
 typedef struct sd_model {
@@ -21,6 +22,10 @@ typedef struct sd_model {
     const struct sd_backend *backend; // NULL: the CPU reference
     char config_sha256[65];  // of config.json as read ("" for an in-memory model)
     char weights_sha256[65]; // of model.safetensors as read ("" for an in-memory model)
+    // NULL: the whole model on one device. Else this model is one rank's shard of a tensor-parallel
+    // group (engine/parallel/): the walk all-reduces every mixer's and FFN's output there, and the
+    // head works across the vocabulary split, so every rank gets the same tokens.
+    struct sd_comm *comm;
 } sd_model;
 
 // Load DIR/config.json and DIR/model.safetensors (validated: config.c, safetensors.c, weights.c).
@@ -66,8 +71,9 @@ typedef struct {
 // Run T tokens at the next positions p0 = s->len + s->pending .. p0+T-1 (T = 1 decode, k+1
 // verify, a prompt chunk) and add them to the pending positions (sd_state_commit keeps a
 // prefix). logits (T, V) may be NULL (skips the head), or last_only: only row T-1 is computed,
-// into logits[0..V). Errors: pending + T above max_T, a token outside the vocabulary, or the
-// context full (capacity) — each leaves the state as it was.
+// into logits[0..V). Errors: pending + T above max_T, a token outside the vocabulary, the
+// context full (capacity), or — for a rank of a group — a failed collective (the group is then
+// broken) — each leaves the state as it was.
 sd_code sd_forward(const sd_model *m, sd_state *s, const int *tokens, int T, float *logits, int last_only,
                    const sd_forward_opts *opts, sd_status *st);
 

@@ -110,6 +110,9 @@ static sd_code write_atomic(const char *path, const char *text, sd_status *st) {
 }
 
 sd_code sd_model_save(const sd_model *m, const char *dir, sd_status *st) {
+    // config.json has no words for a shard's share (cfg.shard): its files would describe another model.
+    if (m->cfg.shard.ranks)
+        return sd_fail(st, SD_ERR_USAGE, "%s: rank %d's shard is not a model one can save", dir, m->cfg.shard.rank);
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         return sd_fail(st, SD_ERR_SYS, "%s: cannot create folder: %s", dir, strerror(errno));
     const sd_weights *w = &m->w;

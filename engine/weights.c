@@ -109,15 +109,16 @@ sd_code sd_weights_plan(const sd_config *c, sd_weights *w, sd_status *st) {
         add_vec(&l, i, "mlp.gate.weight", SD_ROLE_ROUTER, &moe->router, E, D);
         add_vec(&l, i, "mlp.gate.e_score_correction_bias", SD_ROLE_ROUTER_BIAS, &moe->bias, E, 0);
         for (int j = 0; j < E; j++) {
+            if (!sd_config_holds_expert(c, j)) continue; // another rank's (a shard config)
             char prefix[48];
             snprintf(prefix, sizeof prefix, "mlp.experts.%d", j);
             add_ffn(&l, i, prefix, &moe->experts[j], D, c->moe_intermediate_size);
         }
         if (c->num_shared_experts > 0)
-            add_ffn(&l, i, "mlp.shared_experts", &moe->shared, D, c->num_shared_experts * c->moe_intermediate_size);
+            add_ffn(&l, i, "mlp.shared_experts", &moe->shared, D, sd_config_shared_width(c));
     }
     add_vec(&l, -1, "model.norm.weight", SD_ROLE_NORM, &w->final_norm, D, 0);
-    if (!c->tie_word_embeddings) add_mat(&l, -1, "lm_head.weight", SD_ROLE_HEAD, &w->lm_head, V, D);
+    if (!c->tie_word_embeddings) add_mat(&l, -1, "lm_head.weight", SD_ROLE_HEAD, &w->lm_head, sd_config_head_rows(c), D);
     w->specs = l.v;
     w->n_specs = l.n;
     if (l.err) return sd_fail(st, SD_ERR_SYS, "out of memory for the weight table");

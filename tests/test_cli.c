@@ -1,11 +1,12 @@
 // test_cli.c — the specdec binary end to end: usage and exit codes, init determinism, forward's
-// verify ≡ decode, run's JSON / trace / receipt, and the receipt commands. Every case runs the
+// verify ≡ decode, run's JSON / trace / receipt, the receipt commands, and --tp's emulated ranks. Every case runs the
 // real executable (SPECDEC_BIN) on configs/tiny.json inside a private mkdtemp folder.
 #include <criterion/criterion.h>
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <spawn.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -13,7 +14,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
+#include "safetensors.h" // sd_st_open: a forward output's logits
 
 extern char **environ;
 
@@ -754,4 +757,142 @@ Test(cli, receipt_compare_self_passes_doctored_fails) {
 
     const char *missing[] = {"receipt", "compare", r, in_dir("none.jsonl"), NULL};
     expect_fail("receipt compare, missing B", missing, 1, "none.jsonl");
+}
+
+// ---- tensor-parallel ranks (--tp: emulated on the CPU) ----
+
+// The logits of a forward output (T × TINY_VOCAB floats; caller frees).
+static float *forward_logits(const char *path, int T) {
+    sd_st_file f;
+    sd_status st = {0};
+    cr_assert_eq(sd_st_open(path, &f, &st), SD_OK, "%s", st.msg);
+    const sd_st_tensor *t = sd_st_find(&f, "logits");
+    cr_assert_not_null(t);
+    cr_assert_eq(t->nbytes, sizeof(float) * (size_t)T * TINY_VOCAB);
+    float *lg = malloc(t->nbytes);
+    memcpy(lg, t->data, t->nbytes);
+    sd_st_close(&f);
+    return lg;
+}
+
+// 3 ranks: verify ≡ decode byte for byte; against one device within MODEL.md's tolerance (and
+// not the same bytes: the sums ran in another order); one rank: the same bytes as no --tp.
+Test(cli, forward_tp_verify_equals_decode_near_one_device) {
+    init_model("m", "1", NULL, NULL, NULL);
+    const char *toks = "5,17,63,0,42,8,8,31,2,9";
+    const char *one[] = {"forward", "--model", in_dir("m"), "--tokens", toks, "--out", in_dir("one.st"), NULL};
+    const char *tp1[] = {"forward", "--model", in_dir("m"), "--tokens", toks, "--tp", "1", "--out", in_dir("tp1.st"), NULL};
+    const char *dec[] = {"forward", "--model", in_dir("m"), "--tokens", toks, "--backend", "cpu", "--tp", "3", "--out", in_dir("dec.st"), NULL};
+    const char *ver[] = {"forward", "--model", in_dir("m"), "--tokens", toks, "--mode", "verify", "--chunk", "5", "--tp", "3",
+                         "--out", in_dir("ver.st"), NULL};
+    char *err;
+    free(run_ok(one, NULL));
+    free(run_ok(tp1, NULL));
+    free(run_ok(dec, &err));
+    cr_expect(strstr(err, "cpu, 3 ranks") != NULL, "%s", err);
+    free(err);
+    free(run_ok(ver, NULL));
+    cr_expect(same_bytes(in_dir("one.st"), in_dir("tp1.st")), "--tp 1 differs from one device");
+    cr_expect(same_bytes(in_dir("dec.st"), in_dir("ver.st")), "--tp 3: verify --chunk 5 differs from decode");
+    float *a = forward_logits(in_dir("one.st"), 10), *b = forward_logits(in_dir("dec.st"), 10);
+    double num2 = 0, den2 = 0;
+    for (int i = 0; i < 10 * TINY_VOCAB; i++) {
+        num2 += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        den2 += (double)a[i] * a[i];
+    }
+    cr_expect_leq(sqrt(num2 / den2), 1e-4, "--tp 3 against one device: relative error %.3g", sqrt(num2 / den2));
+    cr_expect_gt(num2, 0.0, "--tp 3 gave one device's bytes: not sharded?");
+    free(a);
+    free(b);
+}
+
+Test(cli, run_tp_greedy_tokens_layout_and_spec) {
+    init_model("t", "1", "d", "2", "0.5");
+    const char *one[] = {"run", "--model", in_dir("t"), "--prompt", "1,2,3", "--max-new", "12", "--json", NULL};
+    const char *tp[] = {"run", "--model", in_dir("t"), "--prompt", "1,2,3", "--max-new", "12", "--json", "--tp", "3", NULL};
+    const char *spec[] = {"run", "--model", in_dir("t"), "--draft", in_dir("d"), "--k", "3", "--prompt", "1,2,3",
+                          "--max-new", "12", "--json", "--tp", "3", NULL};
+    char *o1 = run_ok(one, NULL), *o3 = run_ok(tp, NULL), *os = run_ok(spec, NULL);
+    cJSON *j1 = parse_run_json(o1), *j3 = parse_run_json(o3), *js = parse_run_json(os);
+    int t1[16], t3[16], ts[16];
+    cr_assert_eq(json_tokens(j1, t1, 16), 12);
+    cr_assert_eq(json_tokens(j3, t3, 16), 12);
+    cr_assert_eq(json_tokens(js, ts, 16), 12);
+    cr_expect_arr_eq(t3, t1, sizeof t1[0] * 12, "3 ranks' greedy tokens differ from one device's");
+    cr_expect_arr_eq(ts, t3, sizeof t1[0] * 12, "3 ranks: speculative tokens differ from plain greedy (spec ≡ greedy)");
+    cr_expect_eq((int)num(j1, "ranks"), 1);
+    cr_expect_eq((int)num(j3, "ranks"), 3);
+    const cJSON *layout = cJSON_GetObjectItemCaseSensitive(j3, "layout");
+    cr_expect(cJSON_IsString(layout) && strstr(layout->valuestring, "3 ranks: r0 kda 0-0 mla 0-0") == layout->valuestring &&
+                  strstr(layout->valuestring, "r2 kda - mla -"), "layout: %s", cJSON_IsString(layout) ? layout->valuestring : "-");
+    cJSON_Delete(j1);
+    cJSON_Delete(j3);
+    cJSON_Delete(js);
+    free(o1);
+    free(o3);
+    free(os);
+}
+
+// The watchdog through the binary: a rank that stops answering ends the run with exit 1 and one
+// line naming it, within a bounded time — never a hang.
+Test(cli, run_tp_stopped_rank_exits_1_naming_it) {
+    init_model("t", "1", "d", "2", "0.5");
+    const char *argv[] = {"run", "--model", in_dir("t"), "--draft", in_dir("d"), "--k", "3", "--prompt", "1,2,3",
+                          "--max-new", "12", "--tp", "3", "--tp-timeout", "1", "--tp-stop", "2:40", NULL};
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    expect_fail("run --tp 3 with rank 2 stopped", argv, 1, "tp: rank 2 did not reach all-reduce #40 (layer 2 mixer) within 1 s");
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    const double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    cr_expect_lt(secs, 10.0, "the failing run took %.1f s", secs);
+    const char *env[] = {"forward", "--model", in_dir("t"), "--tokens", "1,2,3", "--tp", "2", "--tp-stop", "1:3",
+                         "--out", in_dir("o.st"), NULL};
+    setenv("SPECDEC_TP_TIMEOUT", "1", 1);
+    expect_fail("forward --tp 2 with rank 1 stopped", env, 1, "tp: rank 1 did not reach all-reduce #3 (layer 1 mixer) within 1 s");
+    unsetenv("SPECDEC_TP_TIMEOUT");
+    cr_expect(!exists(in_dir("o.st")), "a failed forward left its output");
+}
+
+Test(cli, tp_usage_errors) {
+    init_model("m", "1", NULL, NULL, NULL);
+    const char *m = in_dir("m");
+    const struct { const char *argv[12]; int code; const char *needle; } cases[] = {
+        {{"run", "--model", m, "--tp", "0", NULL}, 2, "--tp must be an integer in 1..64"},
+        {{"run", "--model", m, "--tp", "65", NULL}, 2, "--tp must be an integer in 1..64"},
+        {{"run", "--model", m, "--tp-timeout", "3", NULL}, 2, "--tp-timeout needs --tp"},
+        {{"forward", "--model", m, "--tokens", "1", "--out", "x", "--tp-stop", "1:2", NULL}, 2, "--tp-stop needs --tp"},
+        {{"run", "--model", m, "--tp", "3", "--tp-stop", "3:1", NULL}, 2, "--tp-stop (rank) must be an integer in 0..2"},
+        {{"run", "--model", m, "--tp", "3", "--tp-stop", "x", NULL}, 2, "--tp-stop must be RANK:COLLECTIVE"},
+        {{"run", "--model", m, "--tp", "3", "--tp-timeout", "0", NULL}, 2, "--tp-timeout must be a number"},
+        {{"run", "--model", m, "--backend", "cuda", "--tp", "2", NULL}, 1, "--tp with --backend cuda: not built yet"},
+        {{"forward", "--model", m, "--tokens", "1", "--out", "x", "--backend", "cuda", "--tp", "2", NULL}, 1,
+         "--tp with --backend cuda: not built yet"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) expect_fail(cases[i].argv[3], cases[i].argv, cases[i].code, cases[i].needle);
+    setenv("SPECDEC_TP_TIMEOUT", "soon", 1);
+    const char *env[] = {"run", "--model", m, "--tp", "2", NULL};
+    expect_fail("SPECDEC_TP_TIMEOUT=soon", env, 2, "SPECDEC_TP_TIMEOUT must be a number");
+    unsetenv("SPECDEC_TP_TIMEOUT");
+}
+
+// A receipt of a --tp run names its rank layout (null for one device).
+Test(cli, receipt_names_the_rank_layout) {
+    init_model("t", "1", "d", "2", "0.5");
+    for (int tp = 0; tp <= 1; tp++) {
+        const char *argv[] = {"run", "--model", in_dir("t"), "--draft", in_dir("d"), "--k", "2", "--prompt", "1,2,3", "--max-new", "6",
+                              "--receipt", in_dir("r.jsonl"), tp ? "--tp" : NULL, "2", NULL};
+        char *err;
+        free(run_ok(argv, &err));
+        free(err);
+        char *txt = read_file(in_dir("r.jsonl"), NULL);
+        cr_assert_not_null(txt);
+        *strchr(txt, '\n') = '\0';
+        cJSON *env = cJSON_Parse(txt);
+        cr_assert_not_null(env);
+        const cJSON *layout = cJSON_GetObjectItemCaseSensitive(env, "tp_layout");
+        if (tp) cr_expect(cJSON_IsString(layout) && strstr(layout->valuestring, "2 ranks: r0 kda 0-0"), "%s", txt);
+        else cr_expect(cJSON_IsNull(layout), "%s", txt);
+        cJSON_Delete(env);
+        free(txt);
+    }
 }

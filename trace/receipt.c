@@ -419,6 +419,7 @@ static char *receipt_env_json(const receipt_env *e) {
     receipt_add_str(o, "backend", e->backend);
     receipt_add_str(o, "device", e->device);
     receipt_add_str(o, "driver", e->driver);
+    receipt_add_str(o, "tp_layout", e->tp_layout);
     receipt_add_str(o, "tag", e->tag);
     receipt_add_str(o, "flags", e->flags);
     cJSON_AddNumberToObject(o, "k", e->k);

@@ -22,6 +22,7 @@ typedef struct receipt_env {
     const char *version, *commit;
     const char *config_sha256, *weights_sha256, *draft_sha256;
     const char *backend, *device, *driver;
+    const char *tp_layout; // a tensor-parallel run's ranks and what each holds (NULL: one device)
     const char *tag;
     const char *flags; // the SPECDEC_* settings of the run, e.g. "SPECDEC_DECODE_GRAPH=1"
     int k;

@@ -7,6 +7,18 @@
 
 typedef enum { SD_MIXER_KDA = 0, SD_MIXER_MLA = 1 } sd_mixer;
 
+// What one rank of a tensor-parallel group holds beyond the local widths that a shard config
+// carries in the ordinary fields (its KDA and MLA heads, its dense intermediate width). Made
+// only by the shard constructor (engine/parallel/shard.h), which bypasses the validation of
+// sd_config_parse: a shard may hold none of a kind. Zero (ranks == 0) in every config read from
+// a file: the whole model.
+typedef struct {
+    int ranks, rank;                 // ranks == 0: not a shard
+    int expert_first, expert_count;  // the routed experts held: [first, first + count) of num_experts
+    int shared_width;                // the shared experts' intermediate columns held (of S·Ie)
+    int vocab_first, vocab_count;    // the lm_head rows held: [first, first + count) of vocab_size
+} sd_config_shard;
+
 typedef struct sd_config {
     int vocab_size;          // V
     int hidden_size;         // D
@@ -37,6 +49,7 @@ typedef struct sd_config {
     float routed_scaling_factor;
     int num_expert_group;      // G
     int topk_group;
+    sd_config_shard shard;     // a rank's share (above); zero for a user config
 } sd_config;
 
 // Parse and validate config JSON text; `name` (the file path) prefixes every error, which names
@@ -50,3 +63,12 @@ char *sd_config_to_json(const sd_config *cfg);
 // Derived sizes.
 static inline int sd_config_kda_dim(const sd_config *c) { return c->kda_num_heads * c->kda_head_dim; } // P
 static inline bool sd_config_is_moe(const sd_config *c, int layer) { return layer >= c->first_k_dense_replace; }
+// What this config's model holds: every expert, the whole shared width and the whole head,
+// unless it is a rank's shard.
+static inline bool sd_config_holds_expert(const sd_config *c, int e) {
+    return !c->shard.ranks || (e >= c->shard.expert_first && e < c->shard.expert_first + c->shard.expert_count);
+}
+static inline int sd_config_shared_width(const sd_config *c) {
+    return c->shard.ranks ? c->shard.shared_width : c->num_shared_experts * c->moe_intermediate_size;
+}
+static inline int sd_config_head_rows(const sd_config *c) { return c->shard.ranks ? c->shard.vocab_count : c->vocab_size; }

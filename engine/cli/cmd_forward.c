@@ -6,16 +6,42 @@
 #include "backend_select.h" // sd_cli_backend_*
 #include "commands.h"
 #include "model.h"
+#include "tp_select.h" // sd_cli_tp_*
 
 static const char *HELP =
     "usage: specdec forward --model DIR --tokens 1,2,3,... --out FILE\n"
-    "                       [--mode decode|verify] [--chunk N] [--backend cpu|cuda]\n\n"
+    "                       [--mode decode|verify] [--chunk N] [--backend cpu|cuda] [--tp N]\n\n"
     "Teacher-forced forward of the token sequence from position 0. Writes FILE (safetensors):\n"
     "`logits` F32 [T, V] (row t = the logits after token t) and `tokens` I32 [T].\n\n"
     "  --mode decode   one token per forward (default)\n"
     "  --mode verify   forwards of --chunk N tokens (default 5 = k+1 for k = 4)\n"
     "  --backend cpu|cuda  default: the GPU when one is visible and this build has CUDA, else the CPU\n"
-    "On one backend both modes give bit-identical logits (the verify ≡ decode law).\n";
+    SD_CLI_TP_HELP
+    "On one backend both modes give bit-identical logits (the verify ≡ decode law), with --tp too.\n";
+
+// The teacher-forced pass on one model (a rank's shard with --tp: every rank runs it, rank 0's
+// logits are written; the others land in their own buffers, bit-identical).
+typedef struct {
+    const int *tokens;
+    int T, chunk;
+    float *logits; // (T, V)
+} forced;
+
+static sd_code forced_rank(void *ctx, int rank, const sd_model *m, sd_status *st) {
+    const forced *f = ctx;
+    const int V = m->cfg.vocab_size;
+    sd_state s = {0};
+    float *logits = rank ? malloc(sizeof(float) * (size_t)f->T * V) : f->logits;
+    sd_code rc = logits ? sd_model_state_init(m, &s, f->T, f->chunk, st) : sd_fail(st, SD_ERR_SYS, "out of memory");
+    for (int t = 0; !rc && t < f->T; t += f->chunk) {
+        int n = f->T - t < f->chunk ? f->T - t : f->chunk;
+        rc = sd_forward(m, &s, f->tokens + t, n, logits + (size_t)t * V, 0, NULL, st);
+        if (!rc) rc = sd_state_commit(&s, n, st);
+    }
+    sd_state_free(&s);
+    if (rank) free(logits);
+    return rc;
+}
 
 int cmd_forward(int argc, char **argv) {
     const char *cmd = "specdec forward";
@@ -25,6 +51,8 @@ int cmd_forward(int argc, char **argv) {
     const char *dir = sd_args_str(&a, "--model"), *tokens_s = sd_args_str(&a, "--tokens");
     const char *out = sd_args_str(&a, "--out"), *mode = sd_args_str(&a, "--mode");
     const char *chunk_s = sd_args_str(&a, "--chunk"), *backend = sd_args_str(&a, "--backend");
+    const char *tp_s = sd_args_str(&a, "--tp"), *tp_timeout = sd_args_str(&a, "--tp-timeout");
+    const char *tp_stop = sd_args_str(&a, "--tp-stop");
     bool ok = sd_args_done(&a);
     sd_args_free(&a);
     if (!ok) return EXIT_USAGE;
@@ -40,25 +68,27 @@ int cmd_forward(int argc, char **argv) {
     sd_cli_backend be;
     if (sd_cli_backend_parse(backend, &be, &st)) return sd_cli_fail(cmd, &st);
     if (chunk_s && !sd_parse_int("--chunk", chunk_s, 1, 64, &chunk, &st)) return sd_cli_fail(cmd, &st);
+    sd_cli_tp tp;
+    if (sd_cli_tp_parse(tp_s, tp_timeout, tp_stop, &tp, &st)) return sd_cli_fail(cmd, &st);
     if (!mode || !strcmp(mode, "decode")) chunk = 1;
     if (!sd_parse_int_list("--tokens", tokens_s, &tokens, &T, &st)) return sd_cli_fail(cmd, &st);
 
     sd_model host, dev, *m = &host;
     memset(&host, 0, sizeof host);
     memset(&dev, 0, sizeof dev);
-    sd_state s = {0};
+    sd_tp_group g = {0};
     float *logits = NULL;
-    sd_code rc = sd_cli_backend_resolve(&be, &st);
+    // An explicit cuda is refused before resolving it (which needs a device), auto's choice after.
+    sd_code rc = sd_cli_tp_check_backend(&tp, be, &st);
+    if (!rc) rc = sd_cli_backend_resolve(&be, &st);
+    if (!rc) rc = sd_cli_tp_check_backend(&tp, be, &st);
     if (!rc) rc = sd_model_load(&host, dir, &st);
     if (!rc) rc = sd_cli_to_backend(be, &host, &dev, &m, &st);
-    if (!rc) rc = sd_model_state_init(m, &s, T, (int)chunk, &st);
+    if (!rc && tp.ranks) rc = sd_cli_tp_group(&tp, m, &g, &st);
     const int V = m->cfg.vocab_size;
     if (!rc && !(logits = malloc(sizeof(float) * (size_t)T * V))) rc = sd_fail(&st, SD_ERR_SYS, "out of memory");
-    for (int t = 0; !rc && t < T; t += (int)chunk) {
-        int n = T - t < chunk ? T - t : (int)chunk;
-        rc = sd_forward(m, &s, tokens + t, n, logits + (size_t)t * V, 0, NULL, &st);
-        if (!rc) rc = sd_state_commit(&s, n, &st);
-    }
+    forced f = {.tokens = tokens, .T = T, .chunk = (int)chunk, .logits = logits};
+    if (!rc) rc = tp.ranks ? sd_tp_group_run(&g, forced_rank, &f, NULL, &st) : forced_rank(&f, 0, m, &st);
     if (!rc) {
         sd_st_tensor t[2] = {
             {.name = "logits", .dtype = SD_DT_F32, .ndim = 2, .shape = {T, V}, .data = logits, .nbytes = sizeof(float) * (size_t)T * V},
@@ -66,12 +96,15 @@ int cmd_forward(int argc, char **argv) {
         };
         rc = sd_st_write(out, t, 2, &st);
     }
+    char ranks[32] = "";
+    if (tp.ranks) snprintf(ranks, sizeof ranks, ", %d ranks", tp.ranks);
     if (!rc)
-        fprintf(stderr, "%s: wrote %s (%d positions, %s mode, %s)\n", cmd, out, T, chunk > 1 ? "verify" : "decode",
-                sd_cli_backend_name(be));
+        fprintf(stderr, "%s: wrote %s (%d positions, %s mode, %s%s)\n", cmd, out, T, chunk > 1 ? "verify" : "decode",
+                sd_cli_backend_name(be), ranks);
+    if (g.abandoned) return sd_cli_fail(cmd, &st); // a rank's thread may still read what we hold
     free(logits);
     free(tokens);
-    sd_state_free(&s);
+    sd_tp_group_free(&g);
     if (m->w.arena || m->backend) sd_model_free(m);
     return rc ? sd_cli_fail(cmd, &st) : 0;
 }

@@ -29,5 +29,7 @@ void sd_ffn_forward(const sd_ffn_weights *w, const float *x, int T, float *out, 
 void sd_moe_route(const sd_moe_weights *w, const sd_config *c, const float *b, int *sel, float *wts);
 
 // Route every token, run the selected experts and the shared expert; out[t] = Σ_j w_j·expert_j
-// (j in selection order) + shared. Leaves sel/w of token t at s->scratch.sel/w + t·K.
+// (j in selection order) + shared. Leaves sel/w of token t at s->scratch.sel/w + t·K. A rank's
+// shard (sd_config_shard) routes over every expert but runs and sums only the ones it holds,
+// with its slice of the shared expert: the group's all-reduce adds the ranks' parts.
 void sd_moe_forward(const sd_moe_weights *w, const sd_config *c, sd_state *s, const float *b, int T, float *out);

@@ -70,6 +70,7 @@ void sd_moe_forward(const sd_moe_weights *w, const sd_config *c, sd_state *s, co
     // as running the expert alone, since every output element is one fixed-order dot.
     int rows_t[T * K], rows_j[T * K];
     for (int e = 0; e < E; e++) {
+        if (!sd_config_holds_expert(c, e)) continue; // a rank's shard runs only its own experts
         int n = 0;
         for (int t = 0; t < T; t++)
             for (int j = 0; j < K; j++)
@@ -83,11 +84,12 @@ void sd_moe_forward(const sd_moe_weights *w, const sd_config *c, sd_state *s, co
         for (int r = 0; r < n; r++)
             memcpy(x->exp_out + ((size_t)rows_t[r] * K + rows_j[r]) * D, x->yg + (size_t)r * D, sizeof(float) * D);
     }
-    // out[t] = Σ_j w_j · y_j in selection order, then + shared(b).
+    // out[t] = Σ_j w_j · y_j in selection order (over the experts held), then + shared(b).
     for (int t = 0; t < T; t++) {
         float *o = out + (size_t)t * D;
         for (int i = 0; i < D; i++) o[i] = 0.0f;
         for (int j = 0; j < K; j++) {
+            if (!sd_config_holds_expert(c, x->sel[(size_t)t * K + j])) continue;
             const float wj = x->w[(size_t)t * K + j];
             const float *y = x->exp_out + ((size_t)t * K + j) * D;
             for (int i = 0; i < D; i++) o[i] += wj * y[i];
