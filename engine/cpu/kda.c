@@ -3,6 +3,7 @@
 #include <string.h>
 #include "ops.h"    // sd_dot_*, sd_linear, sd_rmsnorm, activations
 #include "layers.h"
+#include "kda_scan.h" // sd_kda_step
 
 // Depthwise causal conv of one projection (which: 0 q, 1 k, 2 v) for the token at pos, then
 // silu. Tap j multiplies the input of position pos-(W-1)+j; positions before 0 are zero; the sum
@@ -30,9 +31,8 @@ static void l2norm_heads(float *x, int H, int d) {
     }
 }
 
-// One head, one token of the delta rule: S_dst = decay(S_src) then the rank-1 correction;
-// o = S_dstᵀ (q · d^-0.5). Sums over the key index i run in increasing i.
-static void kda_step(const float *S_src, float *S_dst, const float *q, const float *k, const float *v,
+// One head, one token of the delta rule (kda_scan.h).
+void sd_kda_step(const float *S_src, float *S_dst, const float *q, const float *k, const float *v,
                      const float *g, float beta, int d, float *o) {
     float ks[d], u[d], qs[d];
     for (int j = 0; j < d; j++) ks[j] = 0.0f;
@@ -101,7 +101,7 @@ void sd_kda_forward(const sd_kda_weights *w, const sd_config *c, sd_state *s, in
     for (int h = 0; h < H; h++)
         for (int t = 0; t < T; t++) {
             const size_t o = (size_t)t * P + (size_t)h * d;
-            kda_step(sd_state_kda_S(s, layer, pos0 + t) + h * head_elems,
+            sd_kda_step(sd_state_kda_S(s, layer, pos0 + t) + h * head_elems,
                      sd_state_kda_S(s, layer, pos0 + t + 1) + h * head_elems,
                      x->qc + o, x->kc + o, x->vc + o, x->gate + o, x->beta[(size_t)t * H + h], d, x->y + o);
         }
