@@ -25,7 +25,7 @@
 static __global__ void __launch_bounds__(CONV_THREADS)
 conv_kernel(const float *__restrict__ qkv, const float *__restrict__ ring, int n_rows, int pos0, int H, int d, int W,
             const float *__restrict__ q_conv, const float *__restrict__ k_conv, const float *__restrict__ v_conv,
-            const float *__restrict__ A_log, const float *__restrict__ dt_bias, float *gate, float *beta,
+            const float *__restrict__ A_log, const float *__restrict__ dt_bias, float *gate, float *beta, int ld_b,
             float *__restrict__ qkvc) {
     __shared__ float sh[32];
     const int t = blockIdx.x, h = blockIdx.y, P = H * d, pos = pos0 + t;
@@ -58,17 +58,17 @@ conv_kernel(const float *__restrict__ qkv, const float *__restrict__ ring, int n
         qk[0] *= inv_q;
         qk[P] *= inv_k;
     }
-    if (threadIdx.x == 0) beta[(size_t)t * H + h] = sd_dev_sigmoid(beta[(size_t)t * H + h]);
+    if (threadIdx.x == 0) beta[(size_t)t * ld_b + h] = sd_dev_sigmoid(beta[(size_t)t * ld_b + h]);
 }
 
 extern "C" sd_code sd_cuda_kda_prefill_conv(const float *qkv, const float *ring, int n_rows, int pos0, int T, int H, int d,
                                             int W, const float *q_conv, const float *k_conv, const float *v_conv,
-                                            const float *A_log, const float *dt_bias, float *gate, float *beta, float *qkvc,
-                                            cudaStream_t stream, sd_status *st) {
+                                            const float *A_log, const float *dt_bias, float *gate, float *beta, int ld_b,
+                                            float *qkvc, cudaStream_t stream, sd_status *st) {
     SD_NVTX("sd_cuda_kda_prefill_conv");
     if (T < 1) return SD_OK;
     conv_kernel<<<dim3(T, H), CONV_THREADS, 0, stream>>>(qkv, ring, n_rows, pos0, H, d, W, q_conv, k_conv, v_conv, A_log,
-                                                          dt_bias, gate, beta, qkvc);
+                                                          dt_bias, gate, beta, ld_b, qkvc);
     SD_LAUNCH_CHECK(st);
     return SD_OK;
 }

@@ -25,11 +25,11 @@ extern "C" {
 // zero before position 0, tap j on the input of position p-(W-1)+j summed in increasing j — into
 // qkvc (T, 3P), q and k then divided by sqrt(Σx² + 1e-6) per head; the decay gate in place:
 // gate ← -exp(A_log[h])·softplus(gate + dt_bias) (gate (T, P): f_b·(f_a·a)); beta ← sigmoid(beta)
-// in place (beta (T, H): b·a).
+// in place (beta (T, ld_b >= H): b·a).
 sd_code sd_cuda_kda_prefill_conv(const float *qkv, const float *ring, int n_rows, int pos0, int T, int H, int d, int W,
                                  const float *q_conv, const float *k_conv, const float *v_conv, const float *A_log,
-                                 const float *dt_bias, float *gate, float *beta, float *qkvc, cudaStream_t stream,
-                                 sd_status *st);
+                                 const float *dt_bias, float *gate, float *beta, int ld_b, float *qkvc,
+                                 cudaStream_t stream, sd_status *st);
 
 // (b) The raw rows of the last min(T, W-1) positions into the conv ring (after (a) has read the
 // history they may overwrite: launched after it on the same stream).

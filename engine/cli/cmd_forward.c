@@ -9,11 +9,14 @@
 
 static const char *HELP =
     "usage: specdec forward --model DIR --tokens 1,2,3,... --out FILE\n"
-    "                       [--mode decode|verify] [--chunk N] [--backend cpu|cuda]\n\n"
+    "                       [--mode decode|verify|prefill] [--chunk N] [--backend cpu|cuda]\n\n"
     "Teacher-forced forward of the token sequence from position 0. Writes FILE (safetensors):\n"
     "`logits` F32 [T, V] (row t = the logits after token t) and `tokens` I32 [T].\n\n"
     "  --mode decode   one token per forward (default)\n"
     "  --mode verify   forwards of --chunk N tokens (default 5 = k+1 for k = 4)\n"
+    "  --mode prefill  the sequence as one prompt (sd_prefill): on a GPU, more than 32 tokens take the\n"
+    "                  prefill path (GEMMs, chunked KDA, flash MLA), equal to decode within MODEL.md's\n"
+    "                  GPU tolerance, not bit for bit; otherwise forwards of --chunk N tokens\n"
     "  --backend cpu|cuda  default: the GPU when one is visible and this build has CUDA, else the CPU\n"
     "On one backend both modes give bit-identical logits (the verify ≡ decode law).\n";
 
@@ -33,8 +36,8 @@ int cmd_forward(int argc, char **argv) {
     long chunk = 5;
     int *tokens = NULL, T = 0;
     if (!dir || !tokens_s || !out) { sd_fail(&st, SD_ERR_USAGE, "--model, --tokens and --out are required (see --help)"); return sd_cli_fail(cmd, &st); }
-    if (mode && strcmp(mode, "decode") && strcmp(mode, "verify")) {
-        sd_fail(&st, SD_ERR_USAGE, "--mode must be decode or verify, got '%s'", mode);
+    if (mode && strcmp(mode, "decode") && strcmp(mode, "verify") && strcmp(mode, "prefill")) {
+        sd_fail(&st, SD_ERR_USAGE, "--mode must be decode, verify or prefill, got '%s'", mode);
         return sd_cli_fail(cmd, &st);
     }
     sd_cli_backend be;
@@ -54,7 +57,9 @@ int cmd_forward(int argc, char **argv) {
     if (!rc) rc = sd_model_state_init(m, &s, T, (int)chunk, &st);
     const int V = m->cfg.vocab_size;
     if (!rc && !(logits = malloc(sizeof(float) * (size_t)T * V))) rc = sd_fail(&st, SD_ERR_SYS, "out of memory");
-    for (int t = 0; !rc && t < T; t += (int)chunk) {
+    const bool prefill = mode && !strcmp(mode, "prefill");
+    if (!rc && prefill) rc = sd_prefill_rows(m, &s, tokens, T, logits, true, &st);
+    for (int t = 0; !rc && !prefill && t < T; t += (int)chunk) {
         int n = T - t < chunk ? T - t : (int)chunk;
         rc = sd_forward(m, &s, tokens + t, n, logits + (size_t)t * V, 0, NULL, &st);
         if (!rc) rc = sd_state_commit(&s, n, &st);
@@ -67,8 +72,8 @@ int cmd_forward(int argc, char **argv) {
         rc = sd_st_write(out, t, 2, &st);
     }
     if (!rc)
-        fprintf(stderr, "%s: wrote %s (%d positions, %s mode, %s)\n", cmd, out, T, chunk > 1 ? "verify" : "decode",
-                sd_cli_backend_name(be));
+        fprintf(stderr, "%s: wrote %s (%d positions, %s mode, %s)\n", cmd, out, T,
+                prefill ? "prefill" : chunk > 1 ? "verify" : "decode", sd_cli_backend_name(be));
     free(logits);
     free(tokens);
     sd_state_free(&s);

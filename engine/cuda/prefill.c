@@ -34,7 +34,7 @@ static size_t max_z(size_t a, size_t b) { return a > b ? a : b; }
 
 static void layout(sd_prefill_scratch *p, const sd_config *c, bump *b) {
     const size_t C = (size_t)p->chunk, D = c->hidden_size, V = c->vocab_size, H = c->kda_num_heads, d = c->kda_head_dim;
-    const size_t P = H * d, Hm = c->num_attention_heads, R = c->kv_lora_rank, dn = c->qk_nope_head_dim;
+    const size_t P = H * d, Hm = c->num_attention_heads, R = c->kv_lora_rank;
     const size_t dr = c->qk_rope_head_dim, dv = c->v_head_dim, E = c->num_experts, K = c->num_experts_per_token;
     const size_t Ie = c->moe_intermediate_size, S = c->num_shared_experts, I = c->intermediate_size, CK = C * K;
     p->x = TF(b, C * D);
@@ -49,14 +49,14 @@ static void layout(sd_prefill_scratch *p, const sd_config *c, bump *b) {
     sd_prefill_kda *x = &p->kda;
     x->qkv = TF(&k, 3 * C * P); x->qkvc = TF(&k, 3 * C * P);
     x->fa = TF(&k, C * d); x->ga = TF(&k, C * d);
-    x->gate = TF(&k, C * P); x->gb = TF(&k, C * P); x->y = TF(&k, C * P); x->beta = TF(&k, C * H);
+    x->gate = TF(&k, C * P); x->gb = TF(&k, C * P); x->y = TF(&k, C * P); x->beta = TF(&k, C * ((H + 3) / 4 * 4));
     x->work = TF(&k, sd_cuda_kda_chunk_work_floats((int)C, (int)H, (int)d));
     x->act = TV(&k, C * P);
     end = max_z(end, k.used);
 
     bump a = {b->base, region}; // MLA
     sd_prefill_mla *y = &p->mla;
-    y->qm = TF(&a, C * (Hm * (dn + dr) + R + dr));
+    y->qm = TF(&a, C * (size_t)sd_prefill_mla_ld(c));
     y->qabs = TF(&a, C * Hm * R); y->lat = TF(&a, C * Hm * R); y->mo = TF(&a, C * Hm * dv);
     y->qpack = take(&a, sizeof(uint16_t) * C * Hm * (size_t)sd_mla_packed_width((int)R, (int)dr));
     end = max_z(end, a.used);
@@ -81,7 +81,7 @@ static void layout(sd_prefill_scratch *p, const sd_config *c, bump *b) {
 static size_t stage_elems(const sd_config *c, int chunk) {
     const size_t Hm = c->num_attention_heads, R = c->kv_lora_rank;
     size_t w = max_z((size_t)c->hidden_size, (size_t)c->kda_head_dim);
-    w = max_z(w, Hm * (c->qk_nope_head_dim + c->qk_rope_head_dim) + R + c->qk_rope_head_dim);
+    w = max_z(w, (size_t)sd_prefill_mla_ld(c));
     w = max_z(w, Hm * R);
     w = max_z(w, Hm * c->v_head_dim);
     return (size_t)chunk * w;
@@ -136,6 +136,13 @@ static sd_code ensure_scratch(sd_cuda_backend *b, const sd_model *m, sd_prefill_
         rc = sd_fail(st, SD_ERR_SYS, "cuda prefill: cannot allocate the pinned expert counts");
     if (rc) sd_prefill_free(p);
     return rc;
+}
+
+sd_code sd_prefill_scratch_of(const sd_model *m, sd_prefill_scratch **p, sd_status *st) {
+    sd_cuda_backend *b = sd_cuda_backend_of(m);
+    if (!b) return sd_fail(st, SD_ERR_USAGE, "cuda prefill: not a CUDA model");
+    SD_CUDA_CHECK(st, cudaSetDevice(b->device));
+    return ensure_scratch(b, m, p, st);
 }
 
 sd_code sd_cuda_prefill_set_chunk(const sd_model *m, int chunk, sd_status *st) {

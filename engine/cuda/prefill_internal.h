@@ -13,13 +13,13 @@ typedef struct {
     float *qkv, *qkvc;       // (C, 3P) raw projections [q | k | v], then convolved and normalised
     float *fa, *ga;          // (C, d) the gates' low-rank first halves
     float *gate, *gb, *y;    // (C, P) decay gate (raw, then log decay), output gate, recurrence output
-    float *beta;             // (C, H)
+    float *beta;             // (C, H rounded up to 4)
     float *work;             // sd_cuda_kda_chunk_work_floats(C, H, d)
     void *act;               // (C, P) the o_proj input
 } sd_prefill_kda;
 
 typedef struct {
-    float *qm;               // (C, Nq + Nkv): [q (Hm·(dn+dr)) | kv_a (R + dr)] per row
+    float *qm;               // (C, sd_prefill_mla_ld): [q (Hm·(dn+dr)) | kv_a (R + dr)] per row
     float *qabs, *lat;       // (C, Hm, R) absorbed queries, attention outputs (latent)
     float *mo;               // (C, Hm·dv)
     uint16_t *qpack;         // (C·Hm, packed width) bf16 queries
@@ -64,6 +64,17 @@ typedef struct sd_prefill_scratch {
 } sd_prefill_scratch;
 
 #define SD_PREFILL_HEAD_ROWS 64
+
+// The row stride of the MLA [q | kv_a] rows: a multiple of 8 elements, so their bf16 copy keeps
+// 16-byte rows for the GEMMs.
+static inline int sd_prefill_mla_ld(const sd_config *c) {
+    const int n = c->num_attention_heads * (c->qk_nope_head_dim + c->qk_rope_head_dim) + c->kv_lora_rank + c->qk_rope_head_dim;
+    return (n + 7) / 8 * 8;
+}
+
+// The scratch of device model m (made at the first call), on m's device: the op suite's way into
+// the sublayers below.
+sd_code sd_prefill_scratch_of(const sd_model *m, sd_prefill_scratch **p, sd_status *st);
 
 // One sublayer of layer i over the piece's C tokens at positions s->len .. s->len+C-1, reading
 // p->a / p->a16 (the normed input) and adding its output into p->x.

@@ -56,7 +56,7 @@ sd_code sd_prefill_kda_mixer(sd_cuda_backend *b, sd_prefill_scratch *p, const sd
     const sd_config *c = &m->cfg;
     const sd_kda_weights *w = &m->w.layers[i].kda;
     const int H = c->kda_num_heads, d = c->kda_head_dim, P = H * d, W = c->short_conv_kernel_size, pos0 = s->len;
-    const int n_rows = s->max_T + W - 1;
+    const int n_rows = s->max_T + W - 1, ld_b = (H + 3) / 4 * 4; // beta rows padded to 16 bytes for the GEMM
     sd_prefill_kda *k = &p->kda;
     cudaStream_t q = b->stream;
     // The projections of the normed input: [q | k | v] rows (one GEMM when stacked), the gates.
@@ -67,17 +67,17 @@ sd_code sd_prefill_kda_mixer(sd_cuda_backend *b, sd_prefill_scratch *p, const sd
         TRY(lin_pair(p, b, &w->k, &w->v, C, k->qkv + P, 3 * P, st));
     }
     TRY(sd_prefill_lin_a(p, b, &w->f_a, C, k->fa, d, 0.0f, st));
-    TRY(sd_prefill_lin_a(p, b, &w->b, C, k->beta, H, 0.0f, st));
+    TRY(sd_prefill_lin_a(p, b, &w->b, C, k->beta, ld_b, 0.0f, st));
     TRY(sd_prefill_lin_a(p, b, &w->g_a, C, k->ga, d, 0.0f, st));
     TRY(sd_gemm_linear(p->gemm, &w->f_b, k->fa, d, C, k->gate, P, 0.0f, q, st));
     TRY(sd_gemm_linear(p->gemm, &w->g_b, k->ga, d, C, k->gb, P, 0.0f, q, st));
     float *ring = s->kda[i].conv;
     TRY(sd_cuda_kda_prefill_conv(k->qkv, ring, n_rows, pos0, C, H, d, W, w->q_conv, w->k_conv, w->v_conv, w->A_log,
-                                 w->dt_bias, k->gate, k->beta, k->qkvc, q, st));
+                                 w->dt_bias, k->gate, k->beta, ld_b, k->qkvc, q, st));
     TRY(sd_cuda_kda_prefill_ring(k->qkv, ring, n_rows, pos0, C, P, W, q, st));
     // The state after pos0 tokens (its slot) to the state after pos0 + C (its slot; the same one
     // when C is a multiple of max_T + 1: each block reads its columns before it writes them).
-    TRY(sd_cuda_kda_chunk(k->qkvc, k->qkvc + P, k->qkvc + 2 * P, 3 * P, k->gate, P, k->beta, H, C, H, d,
+    TRY(sd_cuda_kda_chunk(k->qkvc, k->qkvc + P, k->qkvc + 2 * P, 3 * P, k->gate, P, k->beta, ld_b, C, H, d,
                           sd_state_kda_S(s, i, pos0), sd_state_kda_S(s, i, pos0 + C), k->y, P, k->work, q, st));
     TRY(sd_cuda_kda_prefill_out(k->y, k->gb, w->o_norm, c->rms_norm_eps, C, H, d, k->act, bf16(&w->o), q, st));
     return lin_act(p, b, &w->o, k->act, P, C, p->x, c->hidden_size, 1.0f, st);
@@ -100,7 +100,7 @@ sd_code sd_prefill_mla_mixer(sd_cuda_backend *b, sd_prefill_scratch *p, const sd
     const sd_config *c = &m->cfg;
     const sd_mla_weights *w = &m->w.layers[i].mla;
     const int Hm = c->num_attention_heads, R = c->kv_lora_rank, dn = c->qk_nope_head_dim, dr = c->qk_rope_head_dim;
-    const int dv = c->v_head_dim, Nq = Hm * (dn + dr), ldm = Nq + R + dr, pos0 = s->len;
+    const int dv = c->v_head_dim, Nq = Hm * (dn + dr), ldm = sd_prefill_mla_ld(c), pos0 = s->len;
     const int width = sd_mla_packed_width(R, dr);
     sd_prefill_mla *x = &p->mla;
     sd_mla_state *cache = &s->mla[i];
