@@ -251,8 +251,8 @@ scan_kernel(const float *__restrict__ Wm, const float *__restrict__ U0, const fl
             for (int s = 0; s <= r; s++) acc = fmaf(As[r * L + s], Us[s * BV + col], acc);
             y[(size_t)(t0 + r) * ld_y + (size_t)h * D + j0 + col] = scale * acc;
         }
-        // S ← exp(G_last) ⊙ S + K̄ᵀ U (each thread's own elements: no barrier against the reads above,
-        // which were this thread's column... but other threads read every row of S: wait for them).
+        // S ← exp(G_last) ⊙ S + K̄ᵀ U, each thread its own rows of its column: after every thread's
+        // reads of the whole column above.
         __syncthreads();
         float sn[RS];
 #pragma unroll
