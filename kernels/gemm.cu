@@ -197,6 +197,18 @@ static __global__ void to_bf16_kernel(const float *__restrict__ x, size_t n, __n
         y[i] = __float2bfloat16_rn(x[i]);
 }
 
+// The (batch, M, K) activations a call reads (rows of stride ldx, problems stride_x apart) as a
+// compact bf16 copy: problem b's row m at y + (b·M + m)·ldk, ldk = K rounded up to 8, so every
+// row and problem of the staged operand starts 16-byte aligned whatever the source's strides.
+static __global__ void stage_kernel(const float *__restrict__ x, int ldx, long long stride_x, int M, int K, int batch,
+                                    int ldk, __nv_bfloat16 *__restrict__ y) {
+    const size_t n = (size_t)batch * M * K;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const size_t bm = i / K, k = i % K, b = bm / M, m = bm % M;
+        y[bm * ldk + k] = __float2bfloat16_rn(x[b * stride_x + m * ldx + k]);
+    }
+}
+
 extern "C" sd_code sd_cuda_to_bf16(const float *x, size_t n, uint16_t *y, cudaStream_t stream, sd_status *st) {
     if (!n) return SD_OK;
     const int blocks = (int)(n < (size_t)256 * 2048 ? (n + 255) / 256 : 2048);
@@ -219,16 +231,22 @@ extern "C" sd_code sd_gemm_run(sd_gemm *g, const sd_gemm_args *a, cudaStream_t s
         return sd_fail(st, SD_ERR_UNSUPPORTED, "gemm: weight %s with activations %s (bf16 activations need a bf16 weight)",
                        sd_dtype_name(a->w_dtype), sd_dtype_name(a->x_dtype));
     const void *x = a->x;
-    int x_dtype = a->x_dtype;
-    if (a->w_dtype == SD_DT_BF16 && a->x_dtype == SD_DT_F32) { // stage the span the call reads, same offsets
-        const size_t span = (size_t)(batch - 1) * (size_t)a->stride_x + (size_t)(a->M - 1) * a->ldx + a->K;
-        if (span > g->stage_elems)
-            return sd_fail(st, SD_ERR_USAGE, "gemm: %zu activations to stage, the buffer holds %zu (M=%d K=%d ld %d batch %d)",
-                           span, g->stage_elems, a->M, a->K, a->ldx, batch);
-        sd_code rc = sd_cuda_to_bf16((const float *)a->x, span, g->stage, stream, st);
-        if (rc) return rc;
+    int x_dtype = a->x_dtype, ldx = a->ldx;
+    long long stride_x = a->stride_x;
+    if (a->w_dtype == SD_DT_BF16 && a->x_dtype == SD_DT_F32) { // a compact, aligned bf16 copy (stage_kernel)
+        const int ldk = (a->K + 7) / 8 * 8;
+        const size_t need = (size_t)batch * a->M * ldk, n = (size_t)batch * a->M * a->K;
+        if (need > g->stage_elems)
+            return sd_fail(st, SD_ERR_USAGE, "gemm: %zu activations to stage, the buffer holds %zu (M=%d K=%d batch %d)", need,
+                           g->stage_elems, a->M, a->K, batch);
+        const int blocks = (int)(n < (size_t)256 * 4096 ? (n + 255) / 256 : 4096);
+        stage_kernel<<<blocks, 256, 0, stream>>>((const float *)a->x, a->ldx, a->stride_x, a->M, a->K, batch, ldk,
+                                                 (__nv_bfloat16 *)g->stage);
+        SD_LAUNCH_CHECK(st);
         x = g->stage;
         x_dtype = SD_DT_BF16;
+        ldx = ldk;
+        stride_x = (long long)a->M * ldk;
     }
     plan_key k;
     memset(&k, 0, sizeof k); // padding included: the key is hashed and compared as bytes
@@ -237,11 +255,11 @@ extern "C" sd_code sd_gemm_run(sd_gemm *g, const sd_gemm_args *a, cudaStream_t s
     k.op = a->op;
     k.acc = a->beta != 0.0f;
     k.M = a->M; k.N = a->N; k.K = a->K;
-    k.ldw = a->ldw; k.ldx = a->ldx; k.ldy = a->ldy;
+    k.ldw = a->ldw; k.ldx = ldx; k.ldy = a->ldy;
     k.batch = batch;
     if (batch > 1) {
         k.stride_w = a->stride_w;
-        k.stride_x = a->stride_x;
+        k.stride_x = stride_x;
         k.stride_y = a->stride_y;
     }
     const long long wsz = (long long)sd_dtype_size((sd_dtype)a->w_dtype), xsz = (long long)sd_dtype_size((sd_dtype)x_dtype);

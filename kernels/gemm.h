@@ -4,8 +4,10 @@
 //
 // Precision: a BF16 weight multiplies BF16 activations with FP32 accumulation (the tensor-core
 // path): f32 activations are rounded to bf16 (nearest even) by a small kernel into the handle's
-// staging buffer first, so each product carries a relative error of at most 2^-9 (rms ≈ 1.1e-3
-// over a dot of random terms) against the CPU's sd_linear, which multiplies the f32 activations.
+// staging buffer first — a compact copy, each problem's rows K (rounded up to 8) apart, so the
+// operand is 16-byte aligned whatever the source's strides — so each product carries a relative
+// error of at most 2^-9 (rms ≈ 1.1e-3 over a dot of random terms) against the CPU's sd_linear,
+// which multiplies the f32 activations.
 // An F32 weight runs in FP32 (CUBLAS_COMPUTE_32F, no TF32): the router, whose selection must not
 // drift, and models stored in F32. Results do not depend on the other rows of the call in exact
 // arithmetic, but the summation order is cuBLASLt's (not the decode Linear's): prefill is equal
@@ -55,8 +57,9 @@ typedef struct {
     long long stride_w, stride_x, stride_y; // in elements
 } sd_gemm_args;
 
-// One call (M, N, K >= 1; M = 0 is a no-op). Enqueued on `stream`; the staging buffer is reused
-// by the next call, which is ordered after this one on the same stream. Errors name the shape.
+// One call (M, N, K >= 1; M = 0 is a no-op). Enqueued on `stream`; the staging buffer (batch · M ·
+// K rounded up to 8 elements for f32 activations of a bf16 weight) is reused by the next call, which
+// is ordered after this one on the same stream. Errors name the shape.
 sd_code sd_gemm_run(sd_gemm *g, const sd_gemm_args *a, cudaStream_t stream, sd_status *st);
 
 // The Linear of engine/cpu/ops.h: y (M, N = w->rows) = x (M, K = w->cols, f32, ld ldx) · wᵀ,

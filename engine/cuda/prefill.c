@@ -84,7 +84,7 @@ static size_t stage_elems(const sd_config *c, int chunk) {
     w = max_z(w, (size_t)sd_prefill_mla_ld(c));
     w = max_z(w, Hm * R);
     w = max_z(w, Hm * c->v_head_dim);
-    return (size_t)chunk * w;
+    return (size_t)chunk * ((w + 7) / 8 * 8); // each staged row rounded up to 8 elements
 }
 
 void sd_prefill_free(sd_prefill_scratch *p) {
