@@ -239,11 +239,11 @@ static cudaError_t scan_pa(float *S, int n_slots, sd_dev_pos n0, int T, int H, c
 
 #include "lab.cuh" // CK, median, lab_copy_gbs
 extern "C" {
-#include "layers.h" // sd_kda_step (the CPU reference)
+#include "kda_scan.h" // sd_kda_step (the CPU reference)
 }
 
 // ---------------------------------------------------------------------------------------------
-// CPU reference: the engine's own step (engine/cpu/layers.h sd_kda_step), over every head and token.
+// CPU reference: the engine's own step (engine/cpu/kda_scan.h sd_kda_step), over every head and token.
 static void kda_scan_cpu(float *S, int n_slots, int n0, int T, int H, int d, const float *qc, const float *kc,
                          const float *vc, const float *gate, const float *beta, float *y) {
     const size_t P = (size_t)H * d, per_slot = P * d;

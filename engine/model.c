@@ -185,14 +185,23 @@ void sd_model_sync(void *model) {
     if (m->backend && m->backend->sync) m->backend->sync(m->backend->sync_ctx);
 }
 
-sd_code sd_prefill(const sd_model *m, sd_state *s, const int *tokens, int n, float *last_logits, sd_status *st) {
+sd_code sd_prefill_rows(const sd_model *m, sd_state *s, const int *tokens, int n, float *logits, bool all_rows,
+                        sd_status *st) {
+    if (n > SD_PREFILL_TOKEN_PATH_MAX && m->backend && m->backend->prefill)
+        return m->backend->prefill(m, s, tokens, n, logits, all_rows, st);
+    const size_t V = (size_t)m->cfg.vocab_size;
     for (int done = 0; done < n;) {
         int room = s->max_T - s->pending, T = n - done < room ? n - done : room;
         int last = done + T == n;
-        sd_code rc = sd_forward(m, s, tokens + done, T, last ? last_logits : NULL, 1, NULL, st);
+        float *out = !logits ? NULL : all_rows ? logits + (size_t)done * V : last ? logits : NULL;
+        sd_code rc = sd_forward(m, s, tokens + done, T, out, !all_rows, NULL, st);
         if (rc) return rc;
         sd_state_commit(s, T, st);
         done += T;
     }
     return SD_OK;
+}
+
+sd_code sd_prefill(const sd_model *m, sd_state *s, const int *tokens, int n, float *last_logits, sd_status *st) {
+    return sd_prefill_rows(m, s, tokens, n, last_logits, false, st);
 }

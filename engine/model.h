@@ -92,6 +92,15 @@ void sd_model_mem_free(const sd_model *m, void *p);
 // Drain the model's backend (a no-op on the CPU): the sync a trace boundary calls.
 void sd_model_sync(void *model);
 
-// Feed n tokens in chunks of at most s->max_T, committing each; logits of the last token (V) if
-// last_logits is not NULL.
+// Feed n tokens and commit them; logits of the last token (V) if last_logits is not NULL.
+// Prompts of up to SD_PREFILL_TOKEN_PATH_MAX tokens, and every prompt on a backend without a
+// prefill entry (the CPU reference), run as forwards of at most s->max_T tokens, each committed;
+// longer ones as the backend's prefill (docs/PREFILL.md: equal to the token path within MODEL.md's
+// tolerance, not bit for bit). The path depends on n alone, never on the state, so a plain and a
+// speculative run of one prompt prefill alike (spec ≡ greedy holds after either).
+#define SD_PREFILL_TOKEN_PATH_MAX 32
 sd_code sd_prefill(const sd_model *m, sd_state *s, const int *tokens, int n, float *last_logits, sd_status *st);
+// The same with the logits of every position (n × V) when all_rows (`specdec forward --mode
+// prefill`); logits may be NULL.
+sd_code sd_prefill_rows(const sd_model *m, sd_state *s, const int *tokens, int n, float *logits, bool all_rows,
+                        sd_status *st);

@@ -525,6 +525,22 @@ Test(cli, forward_decode_and_verify_are_byte_identical) {
     cr_expect_eq(count_tmp_files(), 0);
 }
 
+// The CPU has no prefill entry: a prompt longer than SD_PREFILL_TOKEN_PATH_MAX (40 > 32 tokens)
+// still runs as forwards of --chunk tokens, so --mode prefill is decode bit for bit there.
+Test(cli, forward_prefill_on_the_cpu_is_the_token_path) {
+    init_model("m", "1", NULL, NULL, NULL);
+    const char *toks = "5,17,63,0,42,8,8,31,1,2,3,4,5,6,7,9,10,11,12,13,14,15,16,18,19,20,21,22,23,24,25,26,27,28,29,30,"
+                       "32,33,34,35";
+    const char *dec[] = {"forward", "--backend", "cpu", "--model", in_dir("m"), "--tokens", toks, "--out", in_dir("dec.st"), NULL};
+    const char *pre[] = {"forward", "--backend", "cpu", "--model", in_dir("m"), "--tokens", toks, "--mode", "prefill",
+                         "--out", in_dir("pre.st"), NULL};
+    free(run_ok(dec, NULL));
+    free(run_ok(pre, NULL));
+    check_forward_file(in_dir("pre.st"), 40);
+    cr_expect(same_bytes(in_dir("dec.st"), in_dir("pre.st")), "--mode prefill on the CPU differs from decode");
+    cr_expect_eq(count_tmp_files(), 0);
+}
+
 Test(cli, forward_token_outside_vocab_leaves_no_file) {
     init_model("m", "1", NULL, NULL, NULL);
     const char *dec[] = {"forward", "--model", in_dir("m"), "--tokens", "1,2,64", "--out", in_dir("o.st"), NULL};

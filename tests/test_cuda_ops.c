@@ -28,6 +28,7 @@ Test(cuda, suite) { cr_skip_test("CUDA backend not built (no toolkit or -DSPECDE
 #include "cursor.h"       // sd_cuda_cursor_set/_advance/_commit, sd_pos_fixed, sd_pos_cursor
 #include "kda.h"          // sd_cuda_kda_conv, sd_cuda_kda_scan, sd_cuda_kda_out
 #include "layers.h"       // the CPU sublayers, sd_ffn_forward, sd_moe_route
+#include "kda_scan.h"     // sd_kda_step
 #include "linear.h"       // sd_cuda_linear, sd_cuda_linear_multi, sd_cuda_linear_multi_norm
 #include "mla.h"          // sd_cuda_mla_attend, SD_MLA_SPLIT
 #include "moe_experts.h"  // sd_cuda_moe_up, sd_cuda_moe_down

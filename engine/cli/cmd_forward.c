@@ -10,11 +10,14 @@
 
 static const char *HELP =
     "usage: specdec forward --model DIR --tokens 1,2,3,... --out FILE\n"
-    "                       [--mode decode|verify] [--chunk N] [--backend cpu|cuda] [--tp N]\n\n"
+    "                       [--mode decode|verify|prefill] [--chunk N] [--backend cpu|cuda] [--tp N]\n\n"
     "Teacher-forced forward of the token sequence from position 0. Writes FILE (safetensors):\n"
     "`logits` F32 [T, V] (row t = the logits after token t) and `tokens` I32 [T].\n\n"
     "  --mode decode   one token per forward (default)\n"
     "  --mode verify   forwards of --chunk N tokens (default 5 = k+1 for k = 4)\n"
+    "  --mode prefill  the sequence as one prompt (sd_prefill): on a GPU, more than 32 tokens take the\n"
+    "                  prefill path (GEMMs, chunked KDA, flash MLA), equal to decode within MODEL.md's\n"
+    "                  GPU tolerance, not bit for bit; otherwise forwards of --chunk N tokens\n"
     "  --backend cpu|cuda  default: the GPU when one is visible and this build has CUDA, else the CPU\n"
     SD_CLI_TP_HELP
     "On one backend both modes give bit-identical logits (the verify ≡ decode law), with --tp too.\n";
@@ -24,6 +27,7 @@ static const char *HELP =
 typedef struct {
     const int *tokens;
     int T, chunk;
+    bool prefill;  // the sequence as one prompt (sd_prefill_rows), not forwards of `chunk`
     float *logits; // (T, V)
 } forced;
 
@@ -33,7 +37,8 @@ static sd_code forced_rank(void *ctx, int rank, const sd_model *m, sd_status *st
     sd_state s = {0};
     float *logits = rank ? malloc(sizeof(float) * (size_t)f->T * V) : f->logits;
     sd_code rc = logits ? sd_model_state_init(m, &s, f->T, f->chunk, st) : sd_fail(st, SD_ERR_SYS, "out of memory");
-    for (int t = 0; !rc && t < f->T; t += f->chunk) {
+    if (!rc && f->prefill) rc = sd_prefill_rows(m, &s, f->tokens, f->T, logits, true, st);
+    for (int t = 0; !rc && !f->prefill && t < f->T; t += f->chunk) {
         int n = f->T - t < f->chunk ? f->T - t : f->chunk;
         rc = sd_forward(m, &s, f->tokens + t, n, logits + (size_t)t * V, 0, NULL, st);
         if (!rc) rc = sd_state_commit(&s, n, st);
@@ -61,8 +66,8 @@ int cmd_forward(int argc, char **argv) {
     long chunk = 5;
     int *tokens = NULL, T = 0;
     if (!dir || !tokens_s || !out) { sd_fail(&st, SD_ERR_USAGE, "--model, --tokens and --out are required (see --help)"); return sd_cli_fail(cmd, &st); }
-    if (mode && strcmp(mode, "decode") && strcmp(mode, "verify")) {
-        sd_fail(&st, SD_ERR_USAGE, "--mode must be decode or verify, got '%s'", mode);
+    if (mode && strcmp(mode, "decode") && strcmp(mode, "verify") && strcmp(mode, "prefill")) {
+        sd_fail(&st, SD_ERR_USAGE, "--mode must be decode, verify or prefill, got '%s'", mode);
         return sd_cli_fail(cmd, &st);
     }
     sd_cli_backend be;
@@ -87,7 +92,8 @@ int cmd_forward(int argc, char **argv) {
     if (!rc && tp.ranks) rc = sd_cli_tp_group(&tp, m, &g, &st);
     const int V = m->cfg.vocab_size;
     if (!rc && !(logits = malloc(sizeof(float) * (size_t)T * V))) rc = sd_fail(&st, SD_ERR_SYS, "out of memory");
-    forced f = {.tokens = tokens, .T = T, .chunk = (int)chunk, .logits = logits};
+    const bool prefill = mode && !strcmp(mode, "prefill");
+    forced f = {.tokens = tokens, .T = T, .chunk = (int)chunk, .prefill = prefill, .logits = logits};
     if (!rc) rc = tp.ranks ? sd_tp_group_run(&g, forced_rank, &f, NULL, &st) : forced_rank(&f, 0, m, &st);
     if (!rc) {
         sd_st_tensor t[2] = {
@@ -99,8 +105,8 @@ int cmd_forward(int argc, char **argv) {
     char ranks[32] = "";
     if (tp.ranks) snprintf(ranks, sizeof ranks, ", %d ranks", tp.ranks);
     if (!rc)
-        fprintf(stderr, "%s: wrote %s (%d positions, %s mode, %s%s)\n", cmd, out, T, chunk > 1 ? "verify" : "decode",
-                sd_cli_backend_name(be), ranks);
+        fprintf(stderr, "%s: wrote %s (%d positions, %s mode, %s%s)\n", cmd, out, T,
+                prefill ? "prefill" : chunk > 1 ? "verify" : "decode", sd_cli_backend_name(be), ranks);
     if (g.abandoned) return sd_cli_fail(cmd, &st); // a rank's thread may still read what we hold
     free(logits);
     free(tokens);

@@ -3,6 +3,7 @@
 #include <string.h>
 #include "ops.h"    // sd_dot_*, sd_linear, sd_rmsnorm, activations
 #include "layers.h"
+#include "kda_scan.h" // sd_kda_step
 
 // Depthwise causal conv of one projection (which: 0 q, 1 k, 2 v) for the token at pos, then
 // silu. Tap j multiplies the input of position pos-(W-1)+j; positions before 0 are zero; the sum
@@ -30,6 +31,7 @@ static void l2norm_heads(float *x, int H, int d) {
     }
 }
 
+// One head, one token of the delta rule (kda_scan.h).
 void sd_kda_step(const float *S_src, float *S_dst, const float *q, const float *k, const float *v,
                      const float *g, float beta, int d, float *o) {
     float ks[d], u[d], qs[d];

@@ -11,12 +11,6 @@
 void sd_kda_forward(const sd_kda_weights *w, const sd_config *c, sd_state *s, int layer,
                     const float *a, int T, float *out, trace_burst *tb);
 
-// One head, one token of the KDA delta rule (the recurrence sd_kda_forward runs): S_dst (d, d) =
-// S_src decayed by exp(g) along the key dimension, then the rank-1 correction with
-// u = beta·(v − S_dstᵀk); o = S_dstᵀ(q · d^-0.5). Sums over the key index i run in increasing i.
-void sd_kda_step(const float *S_src, float *S_dst, const float *q, const float *k, const float *v, const float *g,
-                 float beta, int d, float *o);
-
 // MLA, absorbed form: appends c_t, kpe_t to the cache rows len .. len+T-1 and attends causally.
 void sd_mla_forward(const sd_mla_weights *w, const sd_config *c, sd_state *s, int layer,
                     const float *a, int T, float *out);

@@ -47,6 +47,7 @@ typedef struct sd_cuda_backend {
     size_t route_cap;
     int *groups_host;            // (groups_cap) the eager MoE arm's grouping, uploaded each layer
     size_t groups_cap;
+    struct sd_prefill_scratch *prefill; // the prefill's scratch (cuda_prefill.h), made at the first prefill
 } sd_cuda_backend;
 
 // Devices visible to this process; 0 when there is no GPU or no driver (never aborts).

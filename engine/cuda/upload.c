@@ -9,6 +9,7 @@
 #include "check.h"         // SD_CUDA_CHECK
 #include "cuda_internal.h" // sd_cuda_init_allocator, sd_cuda_sync, sd_cuda_forward, sd_cuda_accept_op
 #include "cuda_model.h"    // sd_cuda_weight_source, sd_cuda_model_create
+#include "cuda_prefill.h"  // sd_cuda_prefill, sd_cuda_prefill_release
 
 static void cuda_free_model(sd_model *m);
 
@@ -33,6 +34,7 @@ static void backend_release(sd_cuda_backend *b) {
     cudaFreeHost(b->sel_host);
     cudaFreeHost(b->w_host);
     cudaFreeHost(b->groups_host);
+    sd_cuda_prefill_release(b);
     if (b->own_stream) cudaStreamDestroy(b->own_stream);
     free(b);
 }
@@ -121,8 +123,8 @@ static sd_code create(const sd_config *cfg, int device, const sd_cuda_weight_sou
     if (rc) return rc;
 
     sd_cuda_init_allocator(b);
-    b->base = (sd_backend){.name = "cuda", .mem = &b->mem, .forward = sd_cuda_forward, .accept = sd_cuda_accept_op,
-                           .sync = sd_cuda_sync, .sync_ctx = b, .free_model = cuda_free_model};
+    b->base = (sd_backend){.name = "cuda", .mem = &b->mem, .forward = sd_cuda_forward, .prefill = sd_cuda_prefill,
+                           .accept = sd_cuda_accept_op, .sync = sd_cuda_sync, .sync_ctx = b, .free_model = cuda_free_model};
     dev->backend = &b->base;
     return SD_OK;
 }

@@ -1,0 +1,280 @@
+// mla_prefill.cu — MLA over a long prompt (mla_prefill.h): the cache write, the packing of the
+// attention operands to bf16, and the causal flash attention over the latent cache.
+//
+// Flash attention (one block: 64 query rows × 8·VT value columns, 4 warps of 16 rows):
+//   the block's queries stay in shared memory; per 64-key tile (keys 0 .. the block's last row's
+//   position, zero rows past the end) the tile is copied in (cp.async), each warp computes its
+//   16 × 64 scores S = Q Kᵀ with mma.sync.m16n8k16 (bf16 in, f32 out) over the packed width, masks
+//   keys past each row's position to -inf, updates its rows' running max m and sum l (online
+//   softmax in base 2: p = 2^((s − m)·scale·log2 e)), rescales its accumulators and adds P·V, V
+//   being the tile's first R columns, the latents c_j. The P fragment is the score accumulator
+//   re-packed to bf16 (the C layout of two n8 tiles is the A layout of one k16 step). The value
+//   columns split over blockIdx.y (VT n8 tiles a warp: up to 256 columns, 128 accumulators a
+//   thread), so R = 512 takes two blocks per query block, each recomputing the scores.
+// Fragment layouts (PTX ISA, mma.m16n8k16 with .bf16): lane = 4·g + tq;
+//   A (16 × 16, row): a0 = (g, 2tq..2tq+1), a1 = (g+8, 2tq..), a2 = (g, 2tq+8..), a3 = (g+8, 2tq+8..)
+//   B (16 × 8, col):  b0 = (k 2tq..2tq+1, n g), b1 = (k 2tq+8..2tq+9, n g)
+//   C (16 × 8):       c0, c1 = (g, 2tq..2tq+1), c2, c3 = (g+8, 2tq..2tq+1)
+// (lower k index in the lower 16 bits of each 32-bit register). Shared rows are padded by 8
+// elements so the fragment loads of a warp fall in distinct banks.
+#include <cuda_bf16.h>
+#include "common.cuh" // SD_NVTX, sd_allow_smem
+#include "mla_prefill.h"
+#include "rows.cuh"   // sd_block_rmsnorm, SD_NORM_THREADS
+
+// ---------------------------------------------------------------------------- cache write
+static __global__ void __launch_bounds__(SD_NORM_THREADS)
+cache_kernel(const float *kv, int ld_kv, const float *__restrict__ kv_norm, float eps, int rope, double theta, int pos0,
+             int Hm, int dn, int dr, int R, float *mq, int ld_mq, float *c, float *kpe) {
+    __shared__ float sh[32];
+    const int t = blockIdx.x, pos = pos0 + t;
+    const float *row = kv + (size_t)t * ld_kv;
+    sd_block_rmsnorm(row, kv_norm, R, eps, c + (size_t)pos * R, sh);
+    float *kp = kpe + (size_t)pos * dr;
+    if (!rope) {
+        for (int i = threadIdx.x; i < dr; i += blockDim.x) kp[i] = row[R + i];
+        return;
+    }
+    // Pair i of the keys and of every head's query: (1 + Hm) · dr/2 rotations, one per thread.
+    const int pairs = dr / 2, qw = dn + dr;
+    for (int idx = threadIdx.x; idx < (Hm + 1) * pairs; idx += blockDim.x) {
+        const int who = idx / pairs, i = idx % pairs; // who == Hm: the key
+        const double ang = (double)pos * pow(theta, -2.0 * i / dr);
+        const float cs = (float)cos(ang), sn = (float)sin(ang);
+        const float *src = who == Hm ? row + R : mq + (size_t)t * ld_mq + (size_t)who * qw + dn;
+        float *dst = who == Hm ? kp : mq + (size_t)t * ld_mq + (size_t)who * qw + dn;
+        const float x0 = src[2 * i], x1 = src[2 * i + 1];
+        dst[2 * i] = x0 * cs - x1 * sn;
+        dst[2 * i + 1] = x0 * sn + x1 * cs;
+    }
+}
+
+extern "C" sd_code sd_cuda_mla_prefill_cache(const float *kv, int ld_kv, const float *kv_norm, float eps, bool rope,
+                                             double theta, int pos0, int T, int Hm, int dn, int dr, int R, float *mq,
+                                             int ld_mq, float *c, float *kpe, cudaStream_t stream, sd_status *st) {
+    SD_NVTX("sd_cuda_mla_prefill_cache");
+    if (T < 1) return SD_OK;
+    cache_kernel<<<T, SD_NORM_THREADS, 0, stream>>>(kv, ld_kv, kv_norm, eps, rope ? 1 : 0, theta, pos0, Hm, dn, dr, R, mq,
+                                                    ld_mq, c, kpe);
+    SD_LAUNCH_CHECK(st);
+    return SD_OK;
+}
+
+// ---------------------------------------------------------------------------- packing
+extern "C" int sd_mla_packed_width(int R, int dr) { return (R + dr + 15) / 16 * 16; }
+
+static __global__ void pack_keys_kernel(const float *__restrict__ c, const float *__restrict__ kpe, size_t n, int R, int dr,
+                                        int width, __nv_bfloat16 *__restrict__ kp) {
+    for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n * width; idx += (size_t)gridDim.x * blockDim.x) {
+        const size_t j = idx / width;
+        const int col = (int)(idx % width);
+        const float v = col < R ? c[j * R + col] : col < R + dr ? kpe[j * dr + col - R] : 0.0f;
+        kp[idx] = __float2bfloat16_rn(v);
+    }
+}
+
+static __global__ void pack_queries_kernel(const float *__restrict__ qabs, const float *__restrict__ mq, int ld_mq, size_t n,
+                                           int Hm, int dn, int dr, int R, int width, __nv_bfloat16 *__restrict__ qp) {
+    for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n * width; idx += (size_t)gridDim.x * blockDim.x) {
+        const size_t r = idx / width, t = r / Hm, h = r % Hm;
+        const int col = (int)(idx % width);
+        const float v = col < R        ? qabs[r * R + col]
+                        : col < R + dr ? mq[t * ld_mq + h * (dn + dr) + dn + col - R]
+                                       : 0.0f;
+        qp[idx] = __float2bfloat16_rn(v);
+    }
+}
+
+static int grid_for(size_t n) { return (int)(n < (size_t)256 * 4096 ? (n + 255) / 256 : 4096); }
+
+extern "C" sd_code sd_cuda_mla_pack_keys(const float *c, const float *kpe, int n, int R, int dr, uint16_t *kp,
+                                         cudaStream_t stream, sd_status *st) {
+    if (n < 1) return SD_OK;
+    const int width = sd_mla_packed_width(R, dr);
+    pack_keys_kernel<<<grid_for((size_t)n * width), 256, 0, stream>>>(c, kpe, (size_t)n, R, dr, width, (__nv_bfloat16 *)kp);
+    SD_LAUNCH_CHECK(st);
+    return SD_OK;
+}
+
+extern "C" sd_code sd_cuda_mla_pack_queries(const float *qabs, const float *mq, int ld_mq, int T, int Hm, int dn, int dr,
+                                            int R, uint16_t *qp, cudaStream_t stream, sd_status *st) {
+    if (T < 1) return SD_OK;
+    const int width = sd_mla_packed_width(R, dr);
+    const size_t n = (size_t)T * Hm;
+    pack_queries_kernel<<<grid_for(n * width), 256, 0, stream>>>(qabs, mq, ld_mq, n, Hm, dn, dr, R, width,
+                                                                 (__nv_bfloat16 *)qp);
+    SD_LAUNCH_CHECK(st);
+    return SD_OK;
+}
+
+// ---------------------------------------------------------------------------- flash attention
+#define FA_BM 64      // query rows a block
+#define FA_BN 64      // keys a tile
+#define FA_THREADS 128 // 4 warps × 16 rows
+#define FA_PAD 8      // elements of padding a shared row
+
+static __device__ __forceinline__ uint32_t ld32(const __nv_bfloat16 *p) { return *(const uint32_t *)p; }
+static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); // .x (lo) in the low 16 bits
+    return *(const uint32_t *)&v;
+}
+static __device__ __forceinline__ uint32_t pack_raw(__nv_bfloat16 lo, __nv_bfloat16 hi) {
+    return (uint32_t)__bfloat16_as_ushort(lo) | ((uint32_t)__bfloat16_as_ushort(hi) << 16);
+}
+static __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// A tile of `rows` packed rows starting at global row `first` into shared memory (row stride
+// lds): 16-byte asynchronous copies; rows at or past `limit` are zero.
+static __device__ __forceinline__ void load_tile(__nv_bfloat16 *dst, const __nv_bfloat16 *src, int rows, int first,
+                                                 int limit, int width, int lds) {
+    const int chunks = width / 8;
+    for (int idx = threadIdx.x; idx < rows * chunks; idx += FA_THREADS) {
+        const int r = idx / chunks, ch = idx % chunks;
+        __nv_bfloat16 *d = dst + (size_t)r * lds + ch * 8;
+        if (first + r < limit) __pipeline_memcpy_async(d, src + (size_t)(first + r) * width + ch * 8, 16);
+        else *(uint4 *)d = make_uint4(0, 0, 0, 0);
+    }
+}
+
+template <int VT>
+static __global__ void __launch_bounds__(FA_THREADS, 1)
+flash_kernel(const __nv_bfloat16 *__restrict__ Q, const __nv_bfloat16 *__restrict__ K, int nq, int Hm, int width, int pos0,
+             float sl2, int R, float *__restrict__ lat) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const int lds = width + FA_PAD;
+    __nv_bfloat16 *Qs = (__nv_bfloat16 *)smem_raw, *Ks = Qs + (size_t)FA_BM * lds; // [64][lds] each
+    // The blocks with the most keys (the last rows) first, so the short ones fill the tail.
+    const int r0 = (gridDim.x - 1 - blockIdx.x) * FA_BM, v0 = blockIdx.y * 8 * VT;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+    const int last_row = nq - 1 < r0 + FA_BM - 1 ? nq - 1 : r0 + FA_BM - 1;
+    const int n_keys = pos0 + last_row / Hm + 1;
+    load_tile(Qs, Q, FA_BM, r0, nq, width, lds);
+    // This thread's two rows and the last key each may see (rows past the end: key 0 only).
+    const int ra = r0 + warp * 16 + g, rb = ra + 8;
+    const int lim_a = pos0 + (ra < nq ? ra / Hm : 0), lim_b = pos0 + (rb < nq ? rb / Hm : 0);
+    float o[VT][4];
+#pragma unroll
+    for (int vt = 0; vt < VT; vt++) o[vt][0] = o[vt][1] = o[vt][2] = o[vt][3] = 0.0f;
+    float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
+    const __nv_bfloat16 *qw = Qs + (size_t)warp * 16 * lds;
+    for (int k0 = 0; k0 < n_keys; k0 += FA_BN) {
+        __syncthreads(); // every warp is done with the previous tile
+        load_tile(Ks, K, FA_BN, k0, n_keys, width, lds);
+        __pipeline_commit();
+        __pipeline_wait_prior(0);
+        __syncthreads();
+        float s[8][4];
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+        for (int kk = 0; kk < width; kk += 16) {
+            const uint32_t a[4] = {ld32(qw + g * lds + kk + 2 * tq), ld32(qw + (g + 8) * lds + kk + 2 * tq),
+                                   ld32(qw + g * lds + kk + 8 + 2 * tq), ld32(qw + (g + 8) * lds + kk + 8 + 2 * tq)};
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++) {
+                const __nv_bfloat16 *kr = Ks + (size_t)(nt * 8 + g) * lds + kk + 2 * tq;
+                mma_bf16(s[nt], a, ld32(kr), ld32(kr + 8));
+            }
+        }
+        // Mask, then the online softmax of rows a (c0, c1) and b (c2, c3).
+        float mx_a = -INFINITY, mx_b = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int key = k0 + nt * 8 + 2 * tq + e;
+                if (key > lim_a) s[nt][e] = -INFINITY;
+                if (key > lim_b) s[nt][2 + e] = -INFINITY;
+                mx_a = fmaxf(mx_a, s[nt][e]);
+                mx_b = fmaxf(mx_b, s[nt][2 + e]);
+            }
+#pragma unroll
+        for (int off = 1; off <= 2; off <<= 1) {
+            mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, off));
+            mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, off));
+        }
+        // Key 0 is in the first tile and visible to every row, so m is finite from the first tile on.
+        const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
+        const float ca = exp2f((m_a - mn_a) * sl2), cb = exp2f((m_b - mn_b) * sl2);
+        m_a = mn_a;
+        m_b = mn_b;
+        float ps_a = 0.0f, ps_b = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                s[nt][e] = exp2f((s[nt][e] - mn_a) * sl2);
+                s[nt][2 + e] = exp2f((s[nt][2 + e] - mn_b) * sl2);
+                ps_a += s[nt][e];
+                ps_b += s[nt][2 + e];
+            }
+        l_a = l_a * ca + ps_a;
+        l_b = l_b * cb + ps_b;
+#pragma unroll
+        for (int vt = 0; vt < VT; vt++) {
+            o[vt][0] *= ca;
+            o[vt][1] *= ca;
+            o[vt][2] *= cb;
+            o[vt][3] *= cb;
+        }
+        // O += P·V over the tile's 64 keys (four k16 steps), V = the keys' first R columns.
+#pragma unroll
+        for (int ks = 0; ks < 4; ks++) {
+            const uint32_t a[4] = {pack_bf16(s[2 * ks][0], s[2 * ks][1]), pack_bf16(s[2 * ks][2], s[2 * ks][3]),
+                                   pack_bf16(s[2 * ks + 1][0], s[2 * ks + 1][1]),
+                                   pack_bf16(s[2 * ks + 1][2], s[2 * ks + 1][3])};
+            const __nv_bfloat16 *vr = Ks + (size_t)(ks * 16 + 2 * tq) * lds + v0 + g;
+#pragma unroll
+            for (int vt = 0; vt < VT; vt++) {
+                const __nv_bfloat16 *p = vr + vt * 8;
+                mma_bf16(o[vt], a, pack_raw(p[0], p[lds]), pack_raw(p[8 * lds], p[9 * lds]));
+            }
+        }
+    }
+#pragma unroll
+    for (int off = 1; off <= 2; off <<= 1) {
+        l_a += __shfl_xor_sync(0xffffffffu, l_a, off);
+        l_b += __shfl_xor_sync(0xffffffffu, l_b, off);
+    }
+    const float ia = 1.0f / l_a, ib = 1.0f / l_b;
+#pragma unroll
+    for (int vt = 0; vt < VT; vt++) {
+        const int col = v0 + vt * 8 + 2 * tq;
+        if (ra < nq) *(float2 *)(lat + (size_t)ra * R + col) = make_float2(o[vt][0] * ia, o[vt][1] * ia);
+        if (rb < nq) *(float2 *)(lat + (size_t)rb * R + col) = make_float2(o[vt][2] * ib, o[vt][3] * ib);
+    }
+}
+
+template <int VT>
+static sd_code launch_flash(const uint16_t *qp, const uint16_t *kp, int nq, int Hm, int width, int pos0, float sl2, int R,
+                            float *lat, cudaStream_t stream, sd_status *st) {
+    const size_t smem = (size_t)2 * FA_BM * (width + FA_PAD) * sizeof(__nv_bfloat16);
+    SD_CUDA_CHECK(st, sd_allow_smem((const void *)flash_kernel<VT>, smem));
+    const dim3 grid((unsigned)((nq + FA_BM - 1) / FA_BM), (unsigned)(R / (8 * VT)));
+    flash_kernel<VT><<<grid, FA_THREADS, smem, stream>>>((const __nv_bfloat16 *)qp, (const __nv_bfloat16 *)kp, nq, Hm, width,
+                                                         pos0, sl2, R, lat);
+    SD_LAUNCH_CHECK(st);
+    return SD_OK;
+}
+
+extern "C" sd_code sd_cuda_mla_flash(const uint16_t *qp, const uint16_t *kp, int T, int Hm, int R, int dr, int pos0,
+                                     float scale, float *lat, cudaStream_t stream, sd_status *st) {
+    SD_NVTX("sd_cuda_mla_flash");
+    if (T < 1) return SD_OK;
+    const int width = sd_mla_packed_width(R, dr);
+    if (R % 8 || width > 896) // two 64-row tiles of (width + 8) bf16 in 227 KB of shared memory
+        return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda mla flash: kv_lora_rank %d with rope dim %d (needs R %% 8 == 0, R + dr <= 896)",
+                       R, dr);
+    const int nq = T * Hm;
+    const float sl2 = scale * 1.4426950408889634f; // scores in base 2
+    if (R % 256 == 0) return launch_flash<32>(qp, kp, nq, Hm, width, pos0, sl2, R, lat, stream, st);
+    if (R % 128 == 0) return launch_flash<16>(qp, kp, nq, Hm, width, pos0, sl2, R, lat, stream, st);
+    if (R % 64 == 0) return launch_flash<8>(qp, kp, nq, Hm, width, pos0, sl2, R, lat, stream, st);
+    if (R % 32 == 0) return launch_flash<4>(qp, kp, nq, Hm, width, pos0, sl2, R, lat, stream, st);
+    if (R % 16 == 0) return launch_flash<2>(qp, kp, nq, Hm, width, pos0, sl2, R, lat, stream, st);
+    return launch_flash<1>(qp, kp, nq, Hm, width, pos0, sl2, R, lat, stream, st);
+}

@@ -1,0 +1,444 @@
+// test_cuda_prefill.c — the prefill path on the GPU (docs/PREFILL.md). Its pieces against their
+// CPU references (the test-backend-ops habit: random inputs, guarded outputs, NaN fails): the
+// cuBLASLt GEMM against sd_linear, the chunked KDA kernels against both CPU forms of the
+// recurrence, the flash attention against a float64 softmax, the MoE block against
+// sd_moe_forward. Then whole models: every position's logits, the state left and the next decode
+// step within MODEL.md's GPU tolerance of the token path; plain and speculative runs after a fast
+// prefill token for token; refusals that leave the state as it was. Without a device every test
+// reports itself skipped.
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include "common.h"
+
+#if !SPECDEC_HAVE_CUDA
+Test(cuda_prefill, suite) { cr_skip_test("CUDA backend not built (no toolkit or -DSPECDEC_CUDA=OFF): GPU suite skipped"); }
+#else
+#include "cuda_backend.h"     // sd_cuda_model_upload, sd_cuda_state_init, sd_cuda_backend_of
+#include "cuda_prefill.h"     // sd_cuda_prefill_set_chunk
+#include "decode.h"           // sd_decode
+#include "gemm.h"             // sd_gemm_*
+#include "gpu_check.h"        // gpu_buf, CHECK_REL
+#include "kda_prefill.h"      // sd_cuda_kda_chunk
+#include "kda_scan.h"         // sd_kda_step, sd_kda_chunk_head
+#include "layers.h"           // sd_moe_forward
+#include "mla_prefill.h"      // sd_cuda_mla_flash, sd_mla_packed_width
+#include "ops.h"              // sd_linear
+#include "prefill_internal.h" // sd_prefill_scratch_of, sd_prefill_moe_ffn
+#include "sample.h"           // sd_argmax
+#include "spec.h"             // sd_spec_generate
+
+static void need_gpu(void) {
+    if (sd_cuda_device_count() == 0) cr_skip_test("no CUDA device: GPU suite skipped");
+}
+#define OK(call)                                                          \
+    do {                                                                  \
+        sd_status st_ = {0};                                              \
+        sd_code rc_ = (call);                                             \
+        cr_assert_eq(rc_, SD_OK, "%s: %s", #call, st_.msg);               \
+    } while (0)
+
+// ---------------------------------------------------------------------------- GEMM
+// Tolerances (gemm.h): a bf16 weight multiplies bf16-rounded activations, a relative error of at
+// most 2^-9 a product (rms ≈ 1.1e-3 over random terms): 4e-3 leaves ~4× room. An f32 weight runs in
+// fp32, only the summation order differs: 1e-5.
+typedef struct { int M, N, K, ldy; sd_dtype dt; float beta; } gemm_case;
+static const gemm_case GEMM_CASES[] = {
+    {1, 64, 32, 64, SD_DT_BF16, 0},    {7, 2, 32, 4, SD_DT_BF16, 0},      // tiny's b_proj, rows padded to 4
+    {37, 16, 8, 16, SD_DT_BF16, 0},    {300, 512, 512, 512, SD_DT_BF16, 0}, // tiny's f_b; toy's o_proj
+    {129, 1536, 512, 1536, SD_DT_BF16, 1}, {257, 2048, 2304, 2048, SD_DT_BF16, 0}, // accumulate; a kimi expert's gate+up
+    {64, 256, 512, 256, SD_DT_F32, 0}, {5, 8, 32, 8, SD_DT_F32, 1},       // f32 weights; tiny's router
+};
+
+Test(cuda_prefill, gemm_matches_sd_linear) {
+    need_gpu();
+    sd_gemm *g;
+    OK(sd_gemm_create(&g, (size_t)512 * 4096, &st_));
+    for (size_t ci = 0; ci < sizeof GEMM_CASES / sizeof GEMM_CASES[0]; ci++) {
+        const gemm_case *c = &GEMM_CASES[ci];
+        const size_t nw = (size_t)c->N * c->K, nx = (size_t)c->M * c->K, ny = (size_t)c->M * c->ldy;
+        float *wf = gpu_rand_host(nw, 10 + ci, 1.7f / sqrtf((float)c->K)), *x = gpu_rand_host(nx, 20 + ci, 1.0f);
+        float *y0 = gpu_rand_host(ny, 30 + ci, 1.0f), *ref = malloc(sizeof(float) * ny), *got = malloc(sizeof(float) * ny);
+        const size_t es = sd_dtype_size(c->dt);
+        void *wh = malloc(nw * es);
+        for (size_t i = 0; i < nw; i++) {
+            if (c->dt == SD_DT_BF16) ((uint16_t *)wh)[i] = sd_f32_to_bf16(wf[i]);
+            else ((float *)wh)[i] = wf[i];
+        }
+        const sd_mat wm_host = {.dtype = c->dt, .data = wh, .rows = c->N, .cols = c->K};
+        float *lin = malloc(sizeof(float) * (size_t)c->M * c->N);
+        sd_linear(&wm_host, x, c->M, lin);
+        memcpy(ref, y0, sizeof(float) * ny);
+        for (int t = 0; t < c->M; t++)
+            for (int o = 0; o < c->N; o++) ref[(size_t)t * c->ldy + o] = c->beta * ref[(size_t)t * c->ldy + o] + lin[(size_t)t * c->N + o];
+        gpu_buf dw = gpu_buf_new(nw, es), dx = gpu_buf_new(nx, 4), dy = gpu_buf_new(ny, 4);
+        gpu_buf_put(&dw, wh, nw * es);
+        gpu_buf_put(&dx, x, nx * 4);
+        gpu_buf_put(&dy, y0, ny * 4);
+        const sd_mat wm = {.dtype = c->dt, .data = dw.p, .rows = c->N, .cols = c->K};
+        OK(sd_gemm_linear(g, &wm, dx.p, c->K, c->M, dy.p, c->ldy, c->beta, 0, &st_));
+        const size_t plans = sd_gemm_plans(g);
+        gpu_buf_put(&dy, y0, ny * 4);
+        OK(sd_gemm_linear(g, &wm, dx.p, c->K, c->M, dy.p, c->ldy, c->beta, 0, &st_)); // the same shape: its plan again
+        cr_assert_eq(sd_gemm_plans(g), plans, "a second call of one shape made a new plan");
+        GPU_OK(cudaDeviceSynchronize());
+        gpu_buf_get(&dy, got, ny * 4);
+        CHECK_REL(got, ref, ny, c->dt == SD_DT_BF16 ? 4e-3 : 1e-5, "gemm M=%d N=%d K=%d %s beta %g", c->M, c->N, c->K,
+                  sd_dtype_name(c->dt), c->beta);
+        gpu_buf_done(&dw, "gemm w");
+        gpu_buf_done(&dx, "gemm x");
+        gpu_buf_done(&dy, "gemm y");
+        free(wf); free(x); free(y0); free(ref); free(got); free(wh); free(lin);
+    }
+    sd_gemm_free(g);
+}
+
+// The MLA absorptions' shape: per head h, Y_h = X_h · op(W_h) with X_h columns of one row,
+// W_h a slice of kv_b, both transpositions; against float64 loops.
+Test(cuda_prefill, gemm_strided_batches) {
+    need_gpu();
+    enum { Hm = 4, C = 50, dn = 64, dr = 32, dv = 64, R = 128, LDM = Hm * (dn + dr) + R + dr };
+    sd_gemm *g;
+    OK(sd_gemm_create(&g, (size_t)C * LDM, &st_)); // the staged span of either call fits
+    const size_t nkv = (size_t)Hm * (dn + dv) * R;
+    float *kvf = gpu_rand_host(nkv, 5, 0.1f), *qm = gpu_rand_host((size_t)C * LDM, 6, 1.0f);
+    uint16_t *kvb = malloc(nkv * 2);
+    for (size_t i = 0; i < nkv; i++) kvb[i] = sd_f32_to_bf16(kvf[i]);
+    gpu_buf dkv = gpu_buf_new(nkv, 2), dq = gpu_buf_new((size_t)C * LDM, 4), dy = gpu_buf_new((size_t)C * Hm * R, 4);
+    gpu_buf_put(&dkv, kvb, nkv * 2);
+    gpu_buf_put(&dq, qm, sizeof(float) * C * LDM);
+    for (int op = 0; op < 2; op++) { // SD_GEMM_WN: q̃ = qn·W_UK (N = R, K = dn); SD_GEMM_WT: o = lat·W_UVᵀ (N = dv, K = R)
+        const int N = op == SD_GEMM_WN ? R : dv, K = op == SD_GEMM_WN ? dn : R;
+        const int ldx = op == SD_GEMM_WN ? LDM : Hm * R, sx = op == SD_GEMM_WN ? dn + dr : R;
+        const size_t w_off = op == SD_GEMM_WN ? 0 : (size_t)dn * R;
+        const sd_gemm_args a = {.w = (const uint16_t *)dkv.p + w_off, .w_dtype = SD_DT_BF16, .ldw = R, .op = op, .x = dq.p,
+                                .x_dtype = SD_DT_F32, .ldx = ldx, .y = dy.p, .ldy = Hm * N, .M = C, .N = N, .K = K,
+                                .batch = Hm, .stride_w = (long long)(dn + dv) * R, .stride_x = sx, .stride_y = N};
+        OK(sd_gemm_run(g, &a, 0, &st_));
+        GPU_OK(cudaDeviceSynchronize());
+        float *got = malloc(sizeof(float) * C * Hm * N), *ref = malloc(sizeof(float) * C * Hm * N);
+        gpu_buf_get(&dy, got, sizeof(float) * C * Hm * N);
+        for (int h = 0; h < Hm; h++)
+            for (int t = 0; t < C; t++)
+                for (int n = 0; n < N; n++) {
+                    double acc = 0;
+                    for (int k = 0; k < K; k++) {
+                        const size_t wi = (size_t)h * (dn + dv) * R + w_off + (op == SD_GEMM_WN ? (size_t)k * R + n : (size_t)n * R + k);
+                        acc += (double)qm[(size_t)t * ldx + (size_t)h * sx + k] * sd_bf16_to_f32(kvb[wi]);
+                    }
+                    ref[(size_t)t * Hm * N + (size_t)h * N + n] = (float)acc;
+                }
+        CHECK_REL(got, ref, (size_t)C * Hm * N, 4e-3, "batched %s", op == SD_GEMM_WN ? "X·W" : "X·Wt");
+        free(got);
+        free(ref);
+    }
+    gpu_buf_done(&dkv, "kv_b");
+    gpu_buf_done(&dq, "x");
+    gpu_buf_done(&dy, "y");
+    free(kvf); free(qm); free(kvb);
+    sd_gemm_free(g);
+}
+
+// ---------------------------------------------------------------------------- KDA
+typedef struct { int H, d, T; } kda_case;
+static const kda_case KDA_CASES[] = {{2, 8, 1}, {2, 8, 63}, {3, 16, 64}, {4, 32, 65}, {2, 64, 130}, {4, 128, 200}};
+
+// The device's chunked recurrence against the CPU's chunked form and the token recurrence, from
+// a non-empty state, inputs laid out as the prefill's (q, k, v interleaved rows of 3P).
+Test(cuda_prefill, kda_chunk_matches_both_cpu_forms) {
+    need_gpu();
+    for (size_t ci = 0; ci < sizeof KDA_CASES / sizeof KDA_CASES[0]; ci++) {
+        const int H = KDA_CASES[ci].H, d = KDA_CASES[ci].d, T = KDA_CASES[ci].T, P = H * d;
+        const size_t n3 = (size_t)T * 3 * P, nS = (size_t)H * d * d;
+        float *qkv = gpu_rand_host(n3, 40 + ci, 1.0f), *g = gpu_rand_host((size_t)T * P, 50 + ci, 1.0f);
+        float *beta = gpu_rand_host((size_t)T * H, 60 + ci, 1.0f), *S0 = gpu_rand_host(nS, 70 + ci, 0.2f);
+        for (size_t i = 0; i < (size_t)T * P; i++) g[i] = -0.5f * (g[i] + 1.0f) - 1e-3f; // log decay in (-1, 0)
+        for (int i = 0; i < T * H; i++) beta[i] = 0.5f + 0.45f * beta[i];
+        for (int t = 0; t < T; t++)
+            for (int which = 0; which < 2; which++)
+                for (int h = 0; h < H; h++) {
+                    float *x = qkv + (size_t)t * 3 * P + (size_t)which * P + (size_t)h * d, ss = 0;
+                    for (int i = 0; i < d; i++) ss += x[i] * x[i];
+                    for (int i = 0; i < d; i++) x[i] /= sqrtf(ss + 1e-6f);
+                }
+        // sd_kda_chunk_head writes its outputs at its inputs' stride (3P), the token loop at P.
+        float *y_chunk = calloc((size_t)T * 3 * P, sizeof(float)), *y_rec = calloc((size_t)T * P, sizeof(float));
+        float *S_chunk = malloc(sizeof(float) * nS), *S_rec = malloc(sizeof(float) * nS);
+        float *Sa = malloc(sizeof(float) * d * d), *Sb = malloc(sizeof(float) * d * d);
+        float *work = malloc(sizeof(float) * sd_kda_chunk_work_floats(d, SD_KDA_CHUNK));
+        memcpy(S_chunk, S0, sizeof(float) * nS);
+        for (int h = 0; h < H; h++) {
+            const size_t o = (size_t)h * d;
+            sd_kda_chunk_head(S_chunk + (size_t)h * d * d, qkv + o, qkv + P + o, qkv + 2 * P + o, g + o, beta + h, T, d,
+                              SD_KDA_CHUNK, 3 * P, H, y_chunk + o, work);
+            memcpy(Sa, S0 + (size_t)h * d * d, sizeof(float) * d * d);
+            for (int t = 0; t < T; t++) {
+                const size_t r = (size_t)t * 3 * P + o;
+                sd_kda_step(Sa, Sb, qkv + r, qkv + P + r, qkv + 2 * P + r, g + (size_t)t * P + o, beta[(size_t)t * H + h], d,
+                            y_rec + (size_t)t * P + o);
+                float *tmp = Sa; Sa = Sb; Sb = tmp;
+            }
+            memcpy(S_rec + (size_t)h * d * d, Sa, sizeof(float) * d * d);
+        }
+        float *y_cpu = malloc(sizeof(float) * T * P);
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < H; h++) memcpy(y_cpu + (size_t)t * P + (size_t)h * d, y_chunk + (size_t)t * 3 * P + (size_t)h * d, sizeof(float) * d);
+        gpu_buf dqkv = gpu_buf_new(n3, 4), dg = gpu_buf_new((size_t)T * P, 4), db = gpu_buf_new((size_t)T * H, 4);
+        gpu_buf dS = gpu_buf_new(nS, 4), dSo = gpu_buf_new(nS, 4), dy = gpu_buf_new((size_t)T * P, 4);
+        gpu_buf dw = gpu_buf_new(sd_cuda_kda_chunk_work_floats(T, H, d), 4);
+        gpu_buf_put(&dqkv, qkv, n3 * 4);
+        gpu_buf_put(&dg, g, sizeof(float) * T * P);
+        gpu_buf_put(&db, beta, sizeof(float) * T * H);
+        gpu_buf_put(&dS, S0, nS * 4);
+        const float *q = dqkv.p;
+        OK(sd_cuda_kda_chunk(q, q + P, q + 2 * P, 3 * P, dg.p, P, db.p, H, T, H, d, dS.p, dSo.p, dy.p, P, dw.p, 0, &st_));
+        GPU_OK(cudaDeviceSynchronize());
+        float *y_gpu = malloc(sizeof(float) * T * P), *S_gpu = malloc(sizeof(float) * nS);
+        gpu_buf_get(&dy, y_gpu, sizeof(float) * T * P);
+        gpu_buf_get(&dSo, S_gpu, nS * 4);
+        // fp32 both sides; the device's fast exp (≲ 1e-6 relative) and FMA; the CPU forms agree
+        // to ~5e-7 (test_kda_chunk). 1e-4 leaves room and catches any indexing slip (O(1)).
+        CHECK_REL(y_gpu, y_cpu, (size_t)T * P, 1e-4, "kda H=%d d=%d T=%d outputs vs the CPU chunked form", H, d, T);
+        CHECK_REL(S_gpu, S_chunk, nS, 1e-4, "kda H=%d d=%d T=%d state vs the CPU chunked form", H, d, T);
+        CHECK_REL(y_gpu, y_rec, (size_t)T * P, 1e-4, "kda H=%d d=%d T=%d outputs vs the token recurrence", H, d, T);
+        CHECK_REL(S_gpu, S_rec, nS, 1e-4, "kda H=%d d=%d T=%d state vs the token recurrence", H, d, T);
+        // In place (the same slot read and written): the same state.
+        OK(sd_cuda_kda_chunk(q, q + P, q + 2 * P, 3 * P, dg.p, P, db.p, H, T, H, d, dS.p, dS.p, dy.p, P, dw.p, 0, &st_));
+        GPU_OK(cudaDeviceSynchronize());
+        float *S_in_place = malloc(sizeof(float) * nS);
+        gpu_buf_get(&dS, S_in_place, nS * 4);
+        cr_assert(memcmp(S_in_place, S_gpu, nS * 4) == 0, "kda H=%d d=%d T=%d: in place differs", H, d, T);
+        gpu_buf_done(&dqkv, "qkv"); gpu_buf_done(&dg, "g"); gpu_buf_done(&db, "beta");
+        gpu_buf_done(&dS, "S"); gpu_buf_done(&dSo, "S out"); gpu_buf_done(&dy, "y"); gpu_buf_done(&dw, "work");
+        free(qkv); free(g); free(beta); free(S0); free(y_chunk); free(y_rec); free(S_chunk); free(S_rec);
+        free(Sa); free(Sb); free(work); free(y_cpu); free(y_gpu); free(S_gpu); free(S_in_place);
+    }
+}
+
+// ---------------------------------------------------------------------------- MLA
+typedef struct { int T, Hm, R, dr, pos0; } flash_case;
+static const flash_case FLASH_CASES[] = {
+    {1, 2, 16, 4, 0}, {37, 2, 16, 4, 5}, {70, 4, 128, 32, 50}, {40, 32, 512, 64, 100}, {130, 4, 64, 0, 0},
+};
+
+// Causal attention over packed bf16 rows against a float64 softmax of the same bf16 values.
+Test(cuda_prefill, mla_flash_matches_float64) {
+    need_gpu();
+    for (size_t ci = 0; ci < sizeof FLASH_CASES / sizeof FLASH_CASES[0]; ci++) {
+        const flash_case *c = &FLASH_CASES[ci];
+        const int W = sd_mla_packed_width(c->R, c->dr), nq = c->T * c->Hm, nk = c->pos0 + c->T;
+        const float scale = 1.0f / sqrtf(64.0f + (float)c->dr);
+        float *qf = gpu_rand_host((size_t)nq * W, 80 + ci, 1.0f), *kf = gpu_rand_host((size_t)nk * W, 90 + ci, 1.0f);
+        uint16_t *qb = malloc((size_t)nq * W * 2), *kb = malloc((size_t)nk * W * 2);
+        for (size_t i = 0; i < (size_t)nq * W; i++) qb[i] = (int)(i % W) < c->R + c->dr ? sd_f32_to_bf16(qf[i]) : 0;
+        for (size_t i = 0; i < (size_t)nk * W; i++) kb[i] = (int)(i % W) < c->R + c->dr ? sd_f32_to_bf16(kf[i]) : 0;
+        float *ref = malloc(sizeof(float) * nq * c->R), *got = malloc(sizeof(float) * nq * c->R);
+        double *p = malloc(sizeof(double) * nk);
+        for (int r = 0; r < nq; r++) {
+            const int lim = c->pos0 + r / c->Hm;
+            double mx = -INFINITY, sum = 0;
+            for (int j = 0; j <= lim; j++) {
+                double s = 0;
+                for (int i = 0; i < W; i++) s += (double)sd_bf16_to_f32(qb[(size_t)r * W + i]) * sd_bf16_to_f32(kb[(size_t)j * W + i]);
+                p[j] = s * scale;
+                if (p[j] > mx) mx = p[j];
+            }
+            for (int j = 0; j <= lim; j++) sum += p[j] = exp(p[j] - mx);
+            for (int v = 0; v < c->R; v++) {
+                double acc = 0;
+                for (int j = 0; j <= lim; j++) acc += p[j] * sd_bf16_to_f32(kb[(size_t)j * W + v]);
+                ref[(size_t)r * c->R + v] = (float)(acc / sum);
+            }
+        }
+        gpu_buf dq = gpu_buf_new((size_t)nq * W, 2), dk = gpu_buf_new((size_t)nk * W, 2), dl = gpu_buf_new((size_t)nq * c->R, 4);
+        gpu_buf_put(&dq, qb, (size_t)nq * W * 2);
+        gpu_buf_put(&dk, kb, (size_t)nk * W * 2);
+        OK(sd_cuda_mla_flash(dq.p, dk.p, c->T, c->Hm, c->R, c->dr, c->pos0, scale, dl.p, 0, &st_));
+        GPU_OK(cudaDeviceSynchronize());
+        gpu_buf_get(&dl, got, sizeof(float) * nq * c->R);
+        // The probabilities enter P·V rounded to bf16 (2^-9 relative, rms ≈ 1.1e-3 over the sum);
+        // scores, softmax and sums are fp32: 5e-3 leaves ~4× room; an indexing slip is O(1).
+        CHECK_REL(got, ref, (size_t)nq * c->R, 5e-3, "flash T=%d Hm=%d R=%d dr=%d pos0=%d", c->T, c->Hm, c->R, c->dr, c->pos0);
+        gpu_buf_done(&dq, "q"); gpu_buf_done(&dk, "k"); gpu_buf_done(&dl, "lat");
+        free(qf); free(kf); free(qb); free(kb); free(ref); free(got); free(p);
+    }
+}
+
+// ---------------------------------------------------------------------------- MoE
+// One MoE layer over C tokens: the device's routing equal to the CPU's, its output within the
+// bf16 activations' tolerance (the gathered rows and the SwiGLU enter their GEMMs in bf16: two
+// roundings of 2^-9 on the way, 1e-2) or fp32's (1e-5).
+static void check_moe(const char *config, int bf16, int C) {
+    need_gpu();
+    sd_model host, dev;
+    synth_from(config, 11, bf16, SD_MAX_LAYERS, 1.0f, &host);
+    OK(sd_cuda_model_upload(&host, &dev, &st_));
+    const sd_config *c = &host.cfg;
+    const int layer = c->first_k_dense_replace, D = c->hidden_size, K = c->num_experts_per_token;
+    sd_state hs;
+    OK(sd_state_init(&hs, c, 8, C, &st_));
+    float *a = gpu_rand_host((size_t)C * D, 123, 1.0f), *ref = malloc(sizeof(float) * C * D), *got = malloc(sizeof(float) * C * D);
+    sd_moe_forward(&host.w.layers[layer].moe, c, &hs, a, C, ref);
+    sd_prefill_scratch *p;
+    OK(sd_prefill_scratch_of(&dev, &p, &st_));
+    cr_assert_geq(p->chunk, C);
+    sd_cuda_backend *b = sd_cuda_backend_of(&dev);
+    GPU_OK(cudaMemcpy(p->a, a, sizeof(float) * C * D, cudaMemcpyHostToDevice));
+    GPU_OK(cudaMemset(p->x, 0, sizeof(float) * C * D));
+    OK(sd_cuda_to_bf16(p->a, (size_t)C * D, p->a16, b->stream, &st_));
+    OK(sd_prefill_moe_ffn(b, p, &dev, layer, C, &st_));
+    GPU_OK(cudaStreamSynchronize(b->stream));
+    GPU_OK(cudaMemcpy(got, p->x, sizeof(float) * C * D, cudaMemcpyDeviceToHost));
+    int *sel = malloc(sizeof(int) * C * K);
+    GPU_OK(cudaMemcpy(sel, p->moe.sel, sizeof(int) * C * K, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < C * K; i++) cr_assert_eq(sel[i], hs.scratch.sel[i], "%s: sel[%d] (token %d)", config, i, i / K);
+    CHECK_REL(got, ref, (size_t)C * D, bf16 ? 1e-2 : 1e-5, "%s MoE layer %d, %d tokens (%s)", config, layer, C,
+              bf16 ? "bf16" : "f32");
+    free(a); free(ref); free(got); free(sel);
+    sd_state_free(&hs);
+    sd_model_free(&dev);
+    sd_model_free(&host);
+}
+Test(cuda_prefill, moe_tiny_f32) { check_moe("configs/tiny.json", 0, 57); }
+Test(cuda_prefill, moe_tiny_bf16) { check_moe("configs/tiny.json", 1, 200); }
+Test(cuda_prefill, moe_toy_bf16) { check_moe("configs/toy.json", 1, 300); }
+
+// ---------------------------------------------------------------------------- whole models
+static float *read_back(const float *dev_ptr, size_t n) {
+    float *h = malloc(sizeof(float) * (n ? n : 1));
+    GPU_OK(cudaMemcpy(h, dev_ptr, sizeof(float) * n, cudaMemcpyDeviceToHost));
+    return h;
+}
+
+// The prompt through the prefill (pieces of `piece` tokens) against the token path (verify
+// chunks of 8, ≡ decode): the logits of every position, the live state, and the next decode step.
+static void check_model(const char *config, int bf16, int n, int piece) {
+    need_gpu();
+    sd_model host, dev;
+    synth_from(config, 7, bf16, SD_MAX_LAYERS, 1.0f, &host);
+    OK(sd_cuda_model_upload(&host, &dev, &st_));
+    const sd_config *c = &dev.cfg;
+    const int V = c->vocab_size, max_T = 8;
+    int *tokens = malloc(sizeof(int) * (n + 1));
+    random_tokens(17, V, n + 1, tokens);
+    char what[128];
+    snprintf(what, sizeof what, "%s (%s) %d tokens in pieces of %d", config, bf16 ? "bf16" : "f32", n, piece);
+    OK(sd_cuda_prefill_set_chunk(&dev, piece, &st_));
+    sd_state ref_s, pre_s;
+    OK(sd_model_state_init(&dev, &ref_s, n + 1, max_T, &st_));
+    OK(sd_model_state_init(&dev, &pre_s, n + 1, max_T, &st_));
+    float *ref = malloc(sizeof(float) * (size_t)(n + 1) * V), *got = malloc(sizeof(float) * (size_t)(n + 1) * V);
+    for (int t = 0; t < n; t += max_T) { // the token path
+        const int T = n - t < max_T ? n - t : max_T;
+        OK(sd_forward(&dev, &ref_s, tokens + t, T, ref + (size_t)t * V, 0, NULL, &st_));
+        OK(sd_state_commit(&ref_s, T, &st_));
+    }
+    cr_assert(n > SD_PREFILL_TOKEN_PATH_MAX);
+    OK(sd_prefill_rows(&dev, &pre_s, tokens, n, got, true, &st_));
+    cr_assert_eq(pre_s.len, n);
+    cr_assert_eq(pre_s.pending, 0);
+    CHECK_REL(got, ref, (size_t)n * V, 2e-2, "%s: every position's logits", what);
+    expect_greedy_where_clear(got, ref, n, V, what);
+    // The state it leaves: the live KDA slot and conv rows, the MLA cache rows.
+    for (int i = 0; i < c->num_hidden_layers; i++) {
+        if (c->mixer[i] == SD_MIXER_KDA) {
+            const size_t nS = (size_t)c->kda_num_heads * c->kda_head_dim * c->kda_head_dim;
+            float *a = read_back(sd_state_kda_S(&pre_s, i, n), nS), *r = read_back(sd_state_kda_S(&ref_s, i, n), nS);
+            CHECK_REL(a, r, nS, 2e-2, "%s: layer %d KDA state", what, i);
+            const int P = sd_config_kda_dim(c), W = c->short_conv_kernel_size;
+            for (int pos = n - (W - 1); pos < n; pos++) {
+                const float *row_a = pre_s.kda[i].conv + (size_t)sd_state_conv_row(&pre_s, pos) * 3 * P;
+                const float *row_r = ref_s.kda[i].conv + (size_t)sd_state_conv_row(&ref_s, pos) * 3 * P;
+                float *ca = read_back(row_a, 3 * (size_t)P), *cr = read_back(row_r, 3 * (size_t)P);
+                CHECK_REL(ca, cr, 3 * (size_t)P, 2e-2, "%s: layer %d conv row of position %d", what, i, pos);
+                free(ca); free(cr);
+            }
+            free(a); free(r);
+        } else {
+            const size_t nc = (size_t)n * c->kv_lora_rank;
+            float *a = read_back(pre_s.mla[i].c, nc), *r = read_back(ref_s.mla[i].c, nc);
+            CHECK_REL(a, r, nc, 2e-2, "%s: layer %d MLA latent cache", what, i);
+            free(a); free(r);
+        }
+    }
+    // The next decode step continues from it.
+    OK(sd_forward(&dev, &ref_s, tokens + n, 1, ref + (size_t)n * V, 0, NULL, &st_));
+    OK(sd_forward(&dev, &pre_s, tokens + n, 1, got + (size_t)n * V, 0, NULL, &st_));
+    CHECK_REL(got + (size_t)n * V, ref + (size_t)n * V, V, 2e-2, "%s: the decode step after the prompt", what);
+    expect_greedy_where_clear(got + (size_t)n * V, ref + (size_t)n * V, 1, V, what);
+    free(tokens); free(ref); free(got);
+    sd_state_free(&ref_s);
+    sd_state_free(&pre_s);
+    sd_model_free(&dev);
+    sd_model_free(&host);
+}
+
+Test(cuda_prefill, tiny_f32_pieces) { check_model("configs/tiny.json", 0, 150, 64); }
+Test(cuda_prefill, tiny_bf16_pieces) { check_model("configs/tiny.json", 1, 300, 64); }
+Test(cuda_prefill, tiny_bf16_one_piece) { check_model("configs/tiny.json", 1, 100, SD_CUDA_PREFILL_CHUNK); }
+Test(cuda_prefill, toy_bf16_pieces, .timeout = 300) { check_model("configs/toy.json", 1, 300, 128); }
+Test(cuda_prefill, toy_bf16_one_piece, .timeout = 300) { check_model("configs/toy.json", 1, 200, SD_CUDA_PREFILL_CHUNK); }
+
+// Spec ≡ greedy after a fast prefill: both runs prefill the same prompt the same way.
+Test(cuda_prefill, speculative_equals_plain_after_prefill, .timeout = 300) {
+    need_gpu();
+    enum { N_PROMPT = 81, N_NEW = 40 };
+    sd_config cfg, dcfg;
+    load_config("configs/toy.json", &cfg);
+    OK(sd_draft_config(&cfg, 2, &dcfg, &st_));
+    const sd_synth_opts o = {.seed = 21, .dtype = SD_DT_BF16, .tail_from = 2, .tail_scale = 0.1f, .depth = cfg.num_hidden_layers};
+    sd_model ht, hd, t, d;
+    OK(sd_synth_model(&ht, &cfg, &o, &st_));
+    OK(sd_synth_model(&hd, &dcfg, &o, &st_));
+    OK(sd_cuda_model_upload(&ht, &t, &st_));
+    OK(sd_cuda_model_upload(&hd, &d, &st_));
+    sd_model_free(&ht);
+    sd_model_free(&hd);
+    int prompt[N_PROMPT], want[N_NEW], got[N_NEW];
+    random_tokens(4, cfg.vocab_size, N_PROMPT, prompt);
+    sd_state s;
+    OK(sd_model_state_init(&t, &s, N_PROMPT + N_NEW, 16, &st_));
+    OK(sd_decode(&t, &s, prompt, N_PROMPT, N_NEW, 0.0f, 0, want, &st_));
+    sd_state_free(&s);
+    for (int k = 1; k <= 8; k += 3) {
+        sd_state ts, ds;
+        OK(sd_model_state_init(&t, &ts, N_PROMPT + N_NEW + k + 1, k + 1, &st_));
+        OK(sd_model_state_init(&d, &ds, N_PROMPT + N_NEW + k + 1, k, &st_));
+        const sd_spec_opts so = {.k = k};
+        sd_accept_stats stats = {0};
+        OK(sd_spec_generate(&t, &ts, &d, &ds, prompt, N_PROMPT, N_NEW, &so, got, &stats, &st_));
+        for (int i = 0; i < N_NEW; i++) cr_assert_eq(got[i], want[i], "k=%d: token %d is %d, plain gave %d", k, i, got[i], want[i]);
+        sd_state_free(&ts);
+        sd_state_free(&ds);
+    }
+    sd_model_free(&t);
+    sd_model_free(&d);
+}
+
+// Refused requests leave the state as it was: pending positions, a full context, a bad token.
+Test(cuda_prefill, refusals_leave_the_state) {
+    need_gpu();
+    sd_model host, dev;
+    synth_from("configs/tiny.json", 7, 1, SD_MAX_LAYERS, 1.0f, &host);
+    OK(sd_cuda_model_upload(&host, &dev, &st_));
+    int tokens[64];
+    random_tokens(3, host.cfg.vocab_size, 64, tokens);
+    sd_state s;
+    OK(sd_model_state_init(&dev, &s, 60, 4, &st_));
+    sd_status st = {0};
+    OK(sd_forward(&dev, &s, tokens, 2, NULL, 0, NULL, &st_));
+    cr_assert_eq(sd_cuda_prefill(&dev, &s, tokens, 40, NULL, false, &st), SD_ERR_USAGE, "pending positions must be refused");
+    cr_assert(strstr(st.msg, "pending"), "%s", st.msg);
+    cr_assert(s.len == 0 && s.pending == 2);
+    OK(sd_state_commit(&s, 2, &st_));
+    cr_assert_eq(sd_prefill(&dev, &s, tokens, 64, NULL, &st), SD_ERR_FULL, "a context overflow must be refused");
+    cr_assert_eq(s.len, 2);
+    tokens[39] = host.cfg.vocab_size;
+    cr_assert_eq(sd_prefill(&dev, &s, tokens, 40, NULL, &st), SD_ERR_DATA, "a token outside the vocabulary must be refused");
+    cr_assert(strstr(st.msg, "vocabulary"), "%s", st.msg);
+    cr_assert_eq(s.len, 2);
+    sd_state_free(&s);
+    sd_model_free(&dev);
+    sd_model_free(&host);
+}
+#endif
