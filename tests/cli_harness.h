@@ -145,16 +145,9 @@ HARNESS int count_lines(const char *s) {
 
 // ---- running the binary ----
 
-// Start `specdec argv[0] argv[1] ...` (argv NULL-terminated, without the program name) with
-// stdin from /dev/null and stdout, stderr to the given files; returns its pid.
-HARNESS pid_t spawn_cli(const char *const argv[], const char *out_path, const char *err_path) {
-    int argc = 0;
-    while (argv[argc]) argc++;
-    char **full = calloc((size_t)argc + 2, sizeof *full);
-    cr_assert_not_null(full);
-    full[0] = (char *)bin();
-    for (int i = 0; i < argc; i++) full[i + 1] = (char *)argv[i];
-
+// Start the program full[0] with arguments full[1..] (NULL-terminated), stdin from /dev/null
+// and stdout, stderr to the given files; returns its pid.
+HARNESS pid_t spawn_program(char *const full[], const char *out_path, const char *err_path) {
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
@@ -163,8 +156,20 @@ HARNESS pid_t spawn_cli(const char *const argv[], const char *out_path, const ch
     pid_t pid;
     int rc = posix_spawn(&pid, full[0], &fa, NULL, full, environ);
     posix_spawn_file_actions_destroy(&fa);
+    cr_assert_eq(rc, 0, "posix_spawn %s: %s", full[0], strerror(rc));
+    return pid;
+}
+
+// Start `specdec argv[0] argv[1] ...` (argv NULL-terminated, without the program name).
+HARNESS pid_t spawn_cli(const char *const argv[], const char *out_path, const char *err_path) {
+    int argc = 0;
+    while (argv[argc]) argc++;
+    char **full = calloc((size_t)argc + 2, sizeof *full);
+    cr_assert_not_null(full);
+    full[0] = (char *)bin();
+    for (int i = 0; i < argc; i++) full[i + 1] = (char *)argv[i];
+    pid_t pid = spawn_program(full, out_path, err_path);
     free(full);
-    cr_assert_eq(rc, 0, "posix_spawn %s: %s", bin(), strerror(rc));
     return pid;
 }
 
