@@ -119,7 +119,8 @@ int cmd_run(int argc, char **argv) {
     trace_burst_begin(&tb, c ? 0 : level, o.spec ? (int)o.k : 0, sync_both, use);
     if (o.chrome) trace_burst_use_timeline(&tb, &tl);
     double t0 = (double)trace_now_ns() * 1e-9;
-    if (!c) {
+    const bool generating = !c; // from here on the reporter may have written to stdout
+    if (generating) {
         run_reporter_init(&rep, &o);
         run_reporter_attach(&rep, &ctl);
     }
@@ -133,7 +134,7 @@ int cmd_run(int argc, char **argv) {
     const double secs = (double)trace_now_ns() * 1e-9 - t0;
     const int sig = sd_cli_stop_signal;
     sd_cli_interrupt_restore();
-    if (!c) run_reporter_end(&rep);
+    if (generating) run_reporter_end(&rep);
 
     // Everything the run finished is reported and banked, interrupted or not.
     if (!c && o.spec) trace_burst_emit(&tb, o.tag, stderr);
@@ -146,6 +147,7 @@ int cmd_run(int argc, char **argv) {
                       .stats = o.spec ? &stats : NULL};
     if (!c && o.json) run_print_json(&o, &res);
     else if (!c) run_print_human(&o, &res);
+    else if (generating && o.stream) putchar('\n'); // end the streamed tokens' line before the error
     fflush(stdout);
 
     receipt_close(&rw);
