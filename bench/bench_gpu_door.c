@@ -109,7 +109,7 @@ static double generate(pair *p, const bench_opts *o, const run_kind *rk, sd_acce
             const sd_spec_opts so = {.k = k, .trace = rk->trace};
             OKS(sd_spec_generate(&p->t, &ts, &p->d, &ds, p->prompt, o->prompt, o->tokens, &so, out, stats, &st_));
         } else {
-            OKS(sd_decode(&p->t, &ts, p->prompt, o->prompt, o->tokens, 0.0f, 0, out, &st_));
+            OKS(sd_decode(&p->t, &ts, p->prompt, o->prompt, o->tokens, 0.0f, 0, NULL, out, &st_));
         }
     } else {
         OKS(sd_prefill(&p->t, &ts, p->prompt, o->prompt - 1, NULL, &st_));
@@ -201,7 +201,7 @@ static void run_config(const char *name, float tail, const bench_opts *o) {
         const run_kind kt = {.k = k, .graph = true, .trace = &tb};
         generate(&p, o, &kt, &s);
         double phase[TRACE_N_PHASES], sum = 0;
-        for (int i = 0; i < TRACE_N_PHASES; i++) sum += phase[i] = (double)tb.phase_ns[i] * 1e-6 / (double)tb.rounds;
+        for (int i = 0; i < TRACE_N_PHASES; i++) sum += phase[i] = (double)tb.phase_ns[i] * 1e-6 / (double)tb.acc.rounds;
         const double predict = len * pg / sum;
         const double arm = (phase[TRACE_PHASE_ACCEPT] + phase[TRACE_PHASE_ROLL] + phase[TRACE_PHASE_MAINT]) / sum;
         printf("%-22s %2d %10.3f %10.3f %6.2f %9.1f %9.1f %6.3f %6.2f %8.2f %8.2f %8.2f%% %9.3f\n", name, k, re, rg, re / rg,

@@ -94,7 +94,7 @@ int main(int argc, char **argv) {
         double rest = v - kda - mla > 0 ? v - kda - mla : 0;
         printf("%-32s %6.1f  (%5.1f) %6.1f  %6.1f  (%5.1f)   %.3f%s\n", names[m], 100 * kda / v,
                100 * b->bucket_ns[TRACE_BUCKET_SCAN] / v, 100 * mla / v, 100 * rest / v,
-               100 * b->bucket_ns[TRACE_BUCKET_VFFN] / v, v / 1e6 / (double)b->rounds,
+               100 * b->bucket_ns[TRACE_BUCKET_VFFN] / v, v / 1e6 / (double)b->acc.rounds,
                b->pairs_lost ? " (event pairs lost)" : "");
         char line[1024];
         trace_burst_format(b, m == 2 ? "drain" : "events", line, sizeof line);

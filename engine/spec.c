@@ -73,8 +73,10 @@ static sd_code draft_catch_up(spec_run *r, int n, sd_status *st) {
 static sd_code spec_round(spec_run *r, int *emit, int *n_accepted, sd_status *st) {
     trace_burst *tb = r->o->trace;
     // Greedy: k+1 argmaxes come back. Sampled: p_0..p_k stay in the target's backend.
+    const sd_gen_control *c = r->o->control;
     sd_forward_opts verify_opts = {.trace = tb, .argmax = greedy(r) ? r->top : NULL, .temperature = r->o->temperature,
-                                   .probs = greedy(r) ? NULL : r->p};
+                                   .probs = greedy(r) ? NULL : r->p, .on_route = c ? c->on_route : NULL,
+                                   .route_ctx = c ? c->route_ctx : NULL, .ledger = c ? c->ledger : NULL};
     int n = 0, bonus = 0;
     trace_phase_begin(TRACE_PHASE_DRAFT);                                       /* 1. draft */
     sd_code rc = draft_propose(r, st);
@@ -122,25 +124,29 @@ sd_code sd_spec_generate(const sd_model *target, sd_state *ts, const sd_model *d
         r.work = sd_model_mem_alloc(target, sizeof(float) * (size_t)V);
         r.q = sd_model_mem_alloc(draft, sizeof(float) * (size_t)k * V);
     }
-    int emit[SD_SPEC_MAX_K + 1], n = 0, n_emit = 0;
+    int emit[SD_SPEC_MAX_K + 1], n = 0, done = 0;
     sd_code rc = sampled && (!r.p || !r.q || !r.work)
                      ? sd_fail(st, SD_ERR_SYS, "spec: out of %s memory for p, q (%d × %d floats)", tb_name, 2 * k + 1, V)
                      : SD_OK;
-    if (!rc) rc = sd_prefill(target, ts, prompt, n_prompt - 1, NULL, st);
-    if (!rc) rc = sd_prefill(draft, ds, prompt, n_prompt - 1, NULL, st);
+    sd_gen_control *c = o->control;
+    sd_gen_begin(c);
+    if (!rc) rc = sd_gen_prefill(target, ts, prompt, n_prompt - 1, c, true, st);
+    if (!rc) rc = sd_gen_prefill(draft, ds, prompt, n_prompt - 1, c, false, st);
     r.seq[0] = prompt[n_prompt - 1];
-    for (int done = 0; !rc && done < max_new; done += n_emit, r.round++) {
-        rc = spec_round(&r, emit, &n, st);
+    const sd_round_runner *runner = c ? c->runner : NULL;
+    while (!rc && done < max_new && !sd_gen_should_stop(c)) {
+        const int pos0 = ts->len; // the round's verify positions: pos0 .. pos0 + k
+        rc = runner ? runner->round(runner->ctx, r.seq[0], r.round, emit, &n, st) : spec_round(&r, emit, &n, st);
         if (rc) break;
-        n_emit = n + 1 < max_new - done ? n + 1 : max_new - done; // the last round may overshoot
-        memcpy(out + done, emit, sizeof(int) * n_emit);
-        sd_stats_add_round(stats, k, n, n_emit);
-        if (o->trace) {
-            o->trace->rounds++;
-            o->trace->drafted += (uint64_t)k;
-            o->trace->accepted += (uint64_t)n;
-            o->trace->emitted += (uint64_t)n_emit;
-        }
+        r.seq[0] = emit[n]; // the bonus: the next round's x
+        if (c && c->after_target) c->after_target(c->target_ctx, pos0, k + 1);
+        r.round++;
+        const int kept = sd_gen_keep(c, emit, n + 1, max_new - done); // the last round may overshoot
+        memcpy(out + done, emit, sizeof(int) * kept);
+        sd_stats_add_round(stats, k, n, kept);
+        if (o->trace) trace_burst_round(o->trace, n, kept);
+        done += kept;
+        if (sd_gen_committed(c, out + done - kept, kept, done)) break; // a stop id ends the generation
     }
     sd_model_mem_free(target, r.p);
     sd_model_mem_free(target, r.work);

@@ -389,3 +389,47 @@ Test(config, load_errors_name_the_path) {
     snprintf(want, sizeof want, "%s: key 'num_experts_per_token': must be <= num_experts (8), got 9", path);
     cr_expect_str_eq(st.msg, want);
 }
+
+// eos_token_id: optional; one id or a list of ids in 0..V-1 (tiny: V = 64); written back the
+// way it was read.
+Test(config, eos_token_id_table) {
+    const struct {
+        const char *value; // NULL: the key absent
+        int n, ids[3];
+        const char *error; // substring of the refusal, NULL when accepted
+    } cases[] = {
+        {NULL, 0, {0}, NULL},
+        {"null", 0, {0}, NULL},
+        {"7", 1, {7}, NULL},
+        {"[63, 0, 5]", 3, {63, 0, 5}, NULL},
+        {"64", 0, {0}, "key 'eos_token_id': must be in 0..63 (vocab_size - 1), got 64"},
+        {"[1, 64]", 0, {0}, "key 'eos_token_id': must be in 0..63 (vocab_size - 1), got 64"},
+        {"-1", 0, {0}, "key 'eos_token_id': must be an integer >= 0, got -1"},
+        {"[1.5]", 0, {0}, "key 'eos_token_id': must be an integer >= 0, got 1.5"},
+        {"\"2\"", 0, {0}, "key 'eos_token_id': must be a token id or a list of token ids, got \"2\""},
+        {"[]", 0, {0}, "key 'eos_token_id': must list at least one id, got []"},
+        {"[0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]", 0, {0}, "key 'eos_token_id': must list at most 16 ids"},
+    };
+    for (size_t i = 0; i < N_OF(cases); i++) {
+        patch p[1] = {cases[i].value ? (patch)SET("eos_token_id", cases[i].value) : (patch){PATCH_NONE, NULL, NULL}};
+        char *json = patched_tiny(p, 1);
+        sd_config c;
+        sd_status st = {0};
+        sd_code rc = sd_config_parse(json, "eos.json", &c, &st);
+        free(json);
+        if (cases[i].error) {
+            cr_expect_eq(rc, SD_ERR_DATA, "case %zu accepted", i);
+            cr_expect(strstr(st.msg, cases[i].error), "case %zu: '%s' lacks '%s'", i, st.msg, cases[i].error);
+            continue;
+        }
+        cr_assert_eq(rc, SD_OK, "case %zu: %s", i, st.msg);
+        cr_expect_eq(c.n_eos_token_ids, cases[i].n, "case %zu", i);
+        for (int j = 0; j < cases[i].n; j++) cr_expect_eq(c.eos_token_id[j], cases[i].ids[j], "case %zu id %d", i, j);
+        char *back = sd_config_to_json(&c);
+        sd_config again;
+        cr_assert_eq(sd_config_parse(back, "written", &again, &st), SD_OK, "case %zu: %s", i, st.msg);
+        cr_expect(memcmp(&c, &again, sizeof c) == 0, "case %zu: eos_token_id does not round-trip:\n%s", i, back);
+        cr_expect_eq(strstr(back, "eos_token_id") != NULL, cases[i].n > 0, "case %zu: written iff present", i);
+        free(back);
+    }
+}

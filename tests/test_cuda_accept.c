@@ -360,7 +360,7 @@ static void run_decode(const sd_model *m, float temp, uint64_t seed, const int *
     sd_state s;
     sd_status st = {0};
     cr_assert_eq(sd_model_state_init(m, &s, N_PROMPT + N_NEW, 8, &st), SD_OK);
-    cr_assert_eq(sd_decode(m, &s, prompt, N_PROMPT, N_NEW, temp, seed, out, &st), SD_OK, "%s", st.msg);
+    cr_assert_eq(sd_decode(m, &s, prompt, N_PROMPT, N_NEW, temp, seed, NULL, out, &st), SD_OK, "%s", st.msg);
     sd_state_free(&s);
 }
 

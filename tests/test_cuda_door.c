@@ -140,7 +140,7 @@ static void check_plain(const char *config, int bf16, float temperature) {
     sd_status st = {0};
     sd_state s;
     cr_assert_eq(sd_model_state_init(&t, &s, N_PROMPT + N_NEW, 4, &st), SD_OK);
-    cr_assert_eq(sd_decode(&t, &s, prompt, N_PROMPT, N_NEW, temperature, 5, want, &st), SD_OK, "%s", st.msg);
+    cr_assert_eq(sd_decode(&t, &s, prompt, N_PROMPT, N_NEW, temperature, 5, NULL, want, &st), SD_OK, "%s", st.msg);
     float *lw = scratch_logits(&s, 1, V);
     sd_state_free(&s);
     cr_assert_eq(sd_model_state_init(&t, &s, N_PROMPT + N_NEW, 4, &st), SD_OK);

@@ -398,7 +398,7 @@ Test(cuda_prefill, speculative_equals_plain_after_prefill, .timeout = 300) {
     random_tokens(4, cfg.vocab_size, N_PROMPT, prompt);
     sd_state s;
     OK(sd_model_state_init(&t, &s, N_PROMPT + N_NEW, 16, &st_));
-    OK(sd_decode(&t, &s, prompt, N_PROMPT, N_NEW, 0.0f, 0, want, &st_));
+    OK(sd_decode(&t, &s, prompt, N_PROMPT, N_NEW, 0.0f, 0, NULL, want, &st_));
     sd_state_free(&s);
     for (int k = 1; k <= 8; k += 3) {
         sd_state ts, ds;

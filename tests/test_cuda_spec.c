@@ -27,7 +27,7 @@ static void check_spec_equals_greedy(const char *config, int n_layers, float tai
     sd_status st = {0};
     sd_state s;
     cr_assert_eq(sd_model_state_init(&t, &s, N_PROMPT + N_NEW, 16, &st), SD_OK);
-    cr_assert_eq(sd_decode(&t, &s, prompt, N_PROMPT, N_NEW, 0.0f, 0, want, &st), SD_OK, "%s", st.msg);
+    cr_assert_eq(sd_decode(&t, &s, prompt, N_PROMPT, N_NEW, 0.0f, 0, NULL, want, &st), SD_OK, "%s", st.msg);
     sd_state_free(&s);
     for (int k = 1; k <= 8; k++) {
         sd_state ts, ds;

@@ -1,6 +1,8 @@
 // test_receipt.c — receipts: writer, trace-log parser, loader and compare (receipt.h).
 #include <criterion/criterion.h>
+#include <cjson/cJSON.h>
 #include <dirent.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -57,16 +59,13 @@ static trace_burst make_burst(int level, int i) {
     memset(&b, 0, sizeof b);
     b.level = level;
     b.k = 4;
-    b.rounds = 10 + (uint64_t)i;
     const uint64_t ph[TRACE_N_PHASES] = {12345678, 45678901, 1234567, 2345678, 3456789};
     for (int p = 0; p < TRACE_N_PHASES; p++) b.phase_ns[p] = ph[p] + (uint64_t)i * 777777 * (uint64_t)(p + 1);
     b.bucket_ns[TRACE_BUCKET_VKDA] = 20000000 + (uint64_t)i * 1111111;
     b.bucket_ns[TRACE_BUCKET_SCAN] = 5000000;
     b.bucket_ns[TRACE_BUCKET_VMLA] = 10000000;
     b.bucket_ns[TRACE_BUCKET_VFFN] = 8000000 + (uint64_t)i * 333333;
-    b.drafted = 4 * b.rounds;
-    b.accepted = 2 * b.rounds + (uint64_t)i;
-    b.emitted = b.accepted + b.rounds;
+    for (int r = 0; r < 10 + i; r++) sd_stats_add_round(&b.acc, 4, (r + i) % 5, (r + i) % 5 + 1);
     return b;
 }
 
@@ -90,6 +89,17 @@ static void write_run(const char *path, int n, int level, char *log, size_t log_
         }
     }
     receipt_close(&w);
+}
+
+// receipt_compare with the table printed to out (NULL: not printed) and the rows beyond
+// tolerance counted into *n_over.
+static sd_code compare(const receipt_set *a, const receipt_set *b, const char *tag, double tol, FILE *out,
+                       int *n_over, sd_status *st) {
+    receipt_comparison c;
+    sd_code rc = receipt_compare(a, b, tag, tol, &c, st);
+    if (!rc) receipt_comparison_print(&c, out);
+    *n_over = rc ? 0 : c.n_over;
+    return rc;
 }
 
 static void expect_same_numbers(const receipt_burst *a, const receipt_burst *b) {
@@ -127,15 +137,15 @@ Test(receipt, log_and_receipt_agree_exactly, .init = make_dir, .fini = remove_di
         cr_expect(from_log.bursts[i].has_v);
         cr_expect_eq(from_log.bursts[i].drafted, -1, "a log has no counts");
         trace_burst b = make_burst(2, (int)i);
-        cr_expect_eq(from_receipt.bursts[i].drafted, (int64_t)b.drafted);
-        cr_expect_eq(from_receipt.bursts[i].accepted, (int64_t)b.accepted);
-        cr_expect_eq(from_receipt.bursts[i].emitted, (int64_t)b.emitted);
+        cr_expect_eq(from_receipt.bursts[i].drafted, (int64_t)b.acc.drafted);
+        cr_expect_eq(from_receipt.bursts[i].accepted, (int64_t)b.acc.accepted);
+        cr_expect_eq(from_receipt.bursts[i].emitted, (int64_t)b.acc.emitted);
     }
 
     int n_over = -1;
     char table[4096] = {0};
     FILE *out = fmemopen(table, sizeof table - 1, "w");
-    cr_assert_eq(receipt_compare(&from_log, &from_receipt, NULL, 0.0, out, &n_over, &st), SD_OK, "%s", st.msg);
+    cr_assert_eq(compare(&from_log, &from_receipt, NULL, 0.0, out, &n_over, &st), SD_OK, "%s", st.msg);
     fclose(out);
     cr_expect_eq(n_over, 0, "%s", table);
     cr_expect_not_null(strstr(table, "diff(pp)"), "%s", table);
@@ -185,13 +195,13 @@ Test(receipt, doctored_receipt_fails_compare, .init = make_dir, .fini = remove_d
     int n_over = -1;
     char table[4096] = {0};
     FILE *out = fmemopen(table, sizeof table - 1, "w");
-    cr_assert_eq(receipt_compare(&a, &b, NULL, 0.5, out, &n_over, &st), SD_OK, "%s", st.msg);
+    cr_assert_eq(compare(&a, &b, NULL, 0.5, out, &n_over, &st), SD_OK, "%s", st.msg);
     fclose(out);
     cr_expect_gt(n_over, 0, "%s", table);
     cr_expect_not_null(strstr(table, "beyond tolerance"), "%s", table);
     cr_expect_not_null(strstr(strstr(table, "\ndraft"), "beyond tolerance"), "the draft row is flagged: %s", table);
 
-    cr_assert_eq(receipt_compare(&a, &b, NULL, 100.0, NULL, &n_over, &st), SD_OK, "%s", st.msg);
+    cr_assert_eq(compare(&a, &b, NULL, 100.0, NULL, &n_over, &st), SD_OK, "%s", st.msg);
     cr_expect_eq(n_over, 0);
     receipt_set_free(&a);
     receipt_set_free(&b);
@@ -284,7 +294,7 @@ Test(receipt_writer, atomic_and_valid_after_each_burst, .init = make_dir, .fini 
         }
     }
     trace_burst empty = make_burst(1, 0);
-    empty.rounds = 0;
+    empty.acc.rounds = 0;
     cr_expect_eq(receipt_add_burst(&w, &empty, "spec", &st), SD_OK, "a burst of 0 rounds is skipped");
     trace_burst off = make_burst(0, 0);
     cr_expect_eq(receipt_add_burst(&w, &off, "spec", &st), SD_ERR_USAGE);
@@ -368,18 +378,18 @@ Test(receipt_compare, empty_mixed_and_mismatched_inputs) {
     cr_assert_eq(receipt_parse_text(PHASE("glm5", 10) "\n", "g", &glm5, &st), SD_OK, "%s", st.msg);
     cr_assert_eq(receipt_parse_text(PHASE("spec", 10) "\n" PHASE("glm5", 10) "\n", "m", &mixed, &st), SD_OK);
     int n_over;
-    cr_expect_eq(receipt_compare(&empty, &spec, NULL, 1.0, NULL, &n_over, &st), SD_ERR_DATA);
+    cr_expect_eq(compare(&empty, &spec, NULL, 1.0, NULL, &n_over, &st), SD_ERR_DATA);
     cr_expect_not_null(strstr(st.msg, "A: no bursts"), "%s", st.msg);
-    cr_expect_eq(receipt_compare(&spec, &glm5, NULL, 1.0, NULL, &n_over, &st), SD_ERR_DATA);
+    cr_expect_eq(compare(&spec, &glm5, NULL, 1.0, NULL, &n_over, &st), SD_ERR_DATA);
     cr_expect_not_null(strstr(st.msg, "'spec'"), "%s", st.msg);
     cr_expect_not_null(strstr(st.msg, "'glm5'"), "%s", st.msg);
-    cr_expect_eq(receipt_compare(&mixed, &spec, NULL, 1.0, NULL, &n_over, &st), SD_ERR_DATA);
+    cr_expect_eq(compare(&mixed, &spec, NULL, 1.0, NULL, &n_over, &st), SD_ERR_DATA);
     cr_expect_not_null(strstr(st.msg, "choose one tag"), "%s", st.msg);
-    cr_expect_eq(receipt_compare(&mixed, &spec, "spec", 1.0, NULL, &n_over, &st), SD_OK, "%s", st.msg);
+    cr_expect_eq(compare(&mixed, &spec, "spec", 1.0, NULL, &n_over, &st), SD_OK, "%s", st.msg);
     cr_expect_eq(n_over, 0);
-    cr_expect_eq(receipt_compare(&mixed, &spec, "glm5", 1.0, NULL, &n_over, &st), SD_ERR_DATA);
+    cr_expect_eq(compare(&mixed, &spec, "glm5", 1.0, NULL, &n_over, &st), SD_ERR_DATA);
     cr_expect_not_null(strstr(st.msg, "B: no bursts of tag 'glm5'"), "%s", st.msg);
-    cr_expect_eq(receipt_compare(&spec, &spec, NULL, -1.0, NULL, &n_over, &st), SD_ERR_USAGE);
+    cr_expect_eq(compare(&spec, &spec, NULL, -1.0, NULL, &n_over, &st), SD_ERR_USAGE);
     receipt_set_free(&empty);
     receipt_set_free(&spec);
     receipt_set_free(&glm5);
@@ -398,12 +408,182 @@ Test(receipt_compare, shares_are_percent_of_total) {
     char table[4096] = {0};
     FILE *out = fmemopen(table, sizeof table - 1, "w");
     int n_over;
-    cr_assert_eq(receipt_compare(&a, &b, NULL, 5.0, out, &n_over, &st), SD_OK, "%s", st.msg);
+    cr_assert_eq(compare(&a, &b, NULL, 5.0, out, &n_over, &st), SD_OK, "%s", st.msg);
     fclose(out);
     cr_expect_eq(n_over, 2, "draft +10 and verify -10 beyond 5 pp: %s", table);
     cr_expect_not_null(strstr(table, "draft       10.00    20.00    +10.00"), "%s", table);
     cr_expect_not_null(strstr(table, "verify      60.00    50.00    -10.00"), "%s", table);
     cr_expect_not_null(strstr(table, "only A has level-2 lines"), "%s", table);
+    receipt_set_free(&a);
+    receipt_set_free(&b);
+}
+
+// ---- acceptance counts under vLLM's names ----
+
+Test(receipt, vllm_counts_round_trip, .init = make_dir, .fini = remove_dir) {
+    const char *path = in_dir("r.jsonl");
+    write_run(path, 2, 1, NULL, 0);
+    sd_status st = {0};
+    receipt_set s = {0};
+    cr_assert_eq(receipt_load(path, &s, &st), SD_OK, "%s", st.msg);
+    cr_assert_eq(s.n, 2);
+    for (size_t i = 0; i < 2; i++) {
+        trace_burst b = make_burst(1, (int)i);
+        cr_expect(s.bursts[i].has_positions);
+        cr_expect_arr_eq(s.bursts[i].per_position, b.acc.per_position, sizeof(uint64_t) * 4);
+        cr_expect_arr_eq(s.bursts[i].histogram, b.acc.histogram, sizeof(uint64_t) * 5);
+    }
+    FILE *f = fopen(path, "r");
+    char line[4096];
+    cr_assert_not_null(fgets(line, sizeof line, f)); // env
+    cr_assert_not_null(fgets(line, sizeof line, f)); // burst 0
+    fclose(f);
+    cJSON *j = cJSON_Parse(line);
+    cr_assert_not_null(j);
+    trace_burst b = make_burst(1, 0);
+    cr_expect_eq(cJSON_GetObjectItem(j, "num_drafts")->valuedouble, (double)b.acc.rounds);
+    cr_expect_eq(cJSON_GetObjectItem(j, "num_draft_tokens")->valuedouble, (double)b.acc.drafted);
+    cr_expect_eq(cJSON_GetObjectItem(j, "num_accepted_tokens")->valuedouble, (double)b.acc.accepted);
+    cr_expect_eq(cJSON_GetObjectItem(j, "mean_acceptance_length")->valuedouble, 1.0 + (double)b.acc.accepted / (double)b.acc.rounds);
+    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "num_accepted_tokens_per_pos")), 4);
+    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "acceptance_histogram")), 5);
+    cJSON_Delete(j);
+    receipt_set_free(&s);
+}
+
+#define BURST_HEAD "{\"kind\":\"burst\",\"tag\":\"spec\",\"rounds\":2,\"k\":2,\"total_ms\":1,\"draft_ms\":1,\"verify_ms\":0," \
+    "\"accept_ms\":0,\"roll_ms\":0,\"maint_ms\":0,\"per_round\":{\"draft\":0.5,\"verify\":0,\"accept\":0,\"roll\":0," \
+    "\"maint\":0,\"total\":0.5},\"drafted\":4,\"accepted\":3,\"emitted\":5"
+
+Test(receipt_load, per_position_counts_optional_but_checked, .init = make_dir, .fini = remove_dir) {
+    const struct { const char *tail; int ok, has_positions; const char *bad_key; } cases[] = {
+        {"}", 1, 0, NULL}, // a receipt from before vLLM's names
+        {",\"num_accepted_tokens_per_pos\":[2,1],\"acceptance_histogram\":[0,1,1]}", 1, 1, NULL},
+        {",\"num_accepted_tokens_per_pos\":[2,1,0],\"acceptance_histogram\":[0,1,1]}", 0, 0, "num_accepted_tokens_per_pos"},
+        {",\"num_accepted_tokens_per_pos\":[2,-1],\"acceptance_histogram\":[0,1,1]}", 0, 0, "num_accepted_tokens_per_pos"},
+        {",\"num_accepted_tokens_per_pos\":[2,1]}", 0, 0, "acceptance_histogram"},
+        {",\"num_accepted_tokens_per_pos\":null,\"acceptance_histogram\":null}", 1, 0, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[1024];
+        snprintf(text, sizeof text, "%s%s\n", BURST_HEAD, cases[i].tail);
+        write_text(in_dir("b.jsonl"), text);
+        receipt_set s = {0};
+        sd_status st = {0};
+        sd_code rc = receipt_load(in_dir("b.jsonl"), &s, &st);
+        if (cases[i].ok) {
+            cr_expect_eq(rc, SD_OK, "case %zu: %s", i, st.msg);
+            cr_expect_eq(s.n == 1 && s.bursts[0].has_positions, cases[i].has_positions, "case %zu", i);
+        } else {
+            cr_expect_eq(rc, SD_ERR_DATA, "case %zu accepted", i);
+            cr_expect_not_null(strstr(st.msg, cases[i].bad_key), "case %zu: %s", i, st.msg);
+        }
+        receipt_set_free(&s);
+    }
+}
+
+// ---- the closing line ----
+
+Test(receipt_writer, end_line_says_how_the_run_ended, .init = make_dir, .fini = remove_dir) {
+    const char *path = in_dir("r.jsonl");
+    receipt_writer w;
+    sd_status st = {0};
+    cr_assert_eq(receipt_open(&w, path, &test_env, &st), SD_OK, "%s", st.msg);
+    trace_burst b = make_burst(1, 0);
+    cr_assert_eq(receipt_add_burst(&w, &b, "spec", &st), SD_OK, "%s", st.msg);
+    cr_assert_eq(receipt_finish(&w, "interrupted", "interrupted", 17, &st), SD_OK, "%s", st.msg);
+    receipt_close(&w);
+    cr_expect_eq(count_tmp_files(), 0);
+    receipt_set s = {0};
+    cr_assert_eq(receipt_load(path, &s, &st), SD_OK, "%s", st.msg);
+    cr_expect_eq(s.n, 1, "the finished burst is kept");
+    cr_expect(s.ended);
+    cr_expect(s.interrupted);
+    receipt_set_free(&s);
+
+    const struct { const char *text; const char *want; } bad[] = {
+        {"{\"kind\":\"env\"}\n{\"kind\":\"end\",\"status\":\"complete\"}\n{\"kind\":\"end\",\"status\":\"complete\"}\n", ":3: a line after the end line"},
+        {"{\"kind\":\"env\"}\n{\"kind\":\"end\"}\n", ":2: end line without a \"status\""},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        write_text(path, bad[i].text);
+        receipt_set t = {0};
+        cr_expect_eq(receipt_load(path, &t, &st), SD_ERR_DATA, "case %zu", i);
+        cr_expect_not_null(strstr(st.msg, bad[i].want), "case %zu: %s", i, st.msg);
+        receipt_set_free(&t);
+    }
+}
+
+// ---- a log with nothing to parse ----
+
+Test(receipt_parse, a_file_without_trace_lines_is_an_error, .init = make_dir, .fini = remove_dir) {
+    const char *path = in_dir("empty.log");
+    write_text(path, "starting\nno trace here\n");
+    receipt_set s = {0};
+    sd_status st = {0};
+    cr_expect_eq(receipt_parse_file(path, &s, &st), SD_ERR_DATA);
+    cr_expect_not_null(strstr(st.msg, "no trace lines"), "%s", st.msg);
+    cr_expect_not_null(strstr(st.msg, path), "%s", st.msg);
+    cr_expect_eq(receipt_read_any(path, &s, &st), SD_ERR_DATA);
+    receipt_set_free(&s);
+}
+
+// ---- what the env lines say was measured ----
+
+#define ENV_LINE(cfg, w, d, k, be) "{\"kind\":\"env\",\"config_sha256\":\"" cfg "\",\"weights_sha256\":\"" w \
+    "\",\"draft_sha256\":" d ",\"k\":" k ",\"backend\":\"" be "\",\"device\":\"x\"}"
+
+Test(receipt_compare, env_differences_are_named) {
+    const struct { const char *env_b; int n; const char *named; } cases[] = {
+        {ENV_LINE("c1", "w1", "\"d1\"", "4", "cpu"), 0, NULL},
+        {ENV_LINE("c2", "w1", "\"d1\"", "4", "cpu"), 1, "config_sha256 (A c1, B c2)"},
+        {ENV_LINE("c1", "w2", "\"d1\"", "4", "cpu"), 1, "weights_sha256 (A w1, B w2)"},
+        {ENV_LINE("c1", "w1", "null", "4", "cpu"), 1, "draft_sha256 (A d1, B null)"},
+        {ENV_LINE("c1", "w1", "\"d1\"", "3", "cpu"), 1, "k (A 4, B 3)"},
+        {ENV_LINE("c1", "w1", "\"d1\"", "4", "cuda"), 1, "backend (A cpu, B cuda)"},
+        {ENV_LINE("c9", "w1", "\"d1\"", "2", "cuda"), 3, "k (A 4, B 2)"},
+        {NULL, 0, NULL}, // B is a trace log: nothing to check
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        receipt_set a = {0}, b = {0};
+        sd_status st = {0};
+        cr_assert_eq(receipt_parse_text(PHASE("spec", 10) "\n", "a", &a, &st), SD_OK);
+        cr_assert_eq(receipt_parse_text(PHASE("spec", 10) "\n", "b", &b, &st), SD_OK);
+        a.env_json = strdup(ENV_LINE("c1", "w1", "\"d1\"", "4", "cpu"));
+        b.env_json = cases[i].env_b ? strdup(cases[i].env_b) : NULL;
+        receipt_comparison c;
+        cr_assert_eq(receipt_compare(&a, &b, NULL, 1.0, &c, &st), SD_OK, "case %zu: %s", i, st.msg);
+        cr_expect_eq(c.n_env_diffs, cases[i].n, "case %zu", i);
+        bool named = !cases[i].named;
+        for (int j = 0; j < c.n_env_diffs; j++) named |= strcmp(c.env_diffs[j], cases[i].named) == 0;
+        cr_expect(named, "case %zu: '%s' not among the differences", i, cases[i].named);
+        cr_expect_eq(c.n_over, 0, "case %zu: the same shares", i);
+        receipt_set_free(&a);
+        receipt_set_free(&b);
+    }
+}
+
+Test(receipt_compare, json_is_one_object_with_rows_and_verdict) {
+    receipt_set a = {0}, b = {0};
+    sd_status st = {0};
+    cr_assert_eq(receipt_parse_text(PHASE("spec", 10) "\n" VLINE("spec", 10) "\n", "a", &a, &st), SD_OK);
+    cr_assert_eq(receipt_parse_text(PHASE("spec", 10) "\n" VLINE("spec", 10) "\n", "b", &b, &st), SD_OK);
+    b.bursts[0].phase_ms[TRACE_PHASE_DRAFT] = 3.0; // draft 3 of 12 ms = 25%, against 10%
+    receipt_comparison c;
+    cr_assert_eq(receipt_compare(&a, &b, NULL, 5.0, &c, &st), SD_OK, "%s", st.msg);
+    char *text = receipt_comparison_json(&c, 0);
+    cr_assert_not_null(text);
+    cJSON *j = cJSON_Parse(text);
+    cr_assert_not_null(j, "%s", text);
+    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "rows")), TRACE_N_PHASES + RECEIPT_N_VROWS, "%s", text);
+    cr_expect(cJSON_IsFalse(cJSON_GetObjectItem(j, "within_tolerance")), "%s", text);
+    cr_expect_eq(cJSON_GetObjectItem(j, "rows_beyond_tolerance")->valuedouble, (double)c.n_over);
+    const cJSON *draft = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "rows"), 0);
+    cr_expect_str_eq(cJSON_GetObjectItem(draft, "name")->valuestring, "draft");
+    cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(draft, "beyond_tolerance")), "%s", text);
+    cr_expect(cJSON_IsArray(cJSON_GetObjectItem(j, "env_differences")));
+    cJSON_Delete(j);
+    free(text);
     receipt_set_free(&a);
     receipt_set_free(&b);
 }

@@ -256,3 +256,21 @@ Test(sample, metrics_of_nothing_are_zero) {
     cr_expect_eq(sd_stats_position_rate(&s, -1), 0.0);
     cr_expect_eq(sd_stats_position_rate(&s, SD_STATS_MAX_POSITIONS), 0.0);
 }
+
+// The histogram counts rounds by their accepted length; it sums to the rounds and its
+// accepted-weighted sum is the accepted total.
+Test(sample, acceptance_histogram) {
+    sd_accept_stats s = {0};
+    const int n[] = {0, 3, 3, 1, 2, 3, 0};
+    for (size_t i = 0; i < sizeof n / sizeof n[0]; i++) sd_stats_add_round(&s, 3, n[i], n[i] + 1);
+    const uint64_t want[4] = {2, 1, 1, 3};
+    uint64_t rounds = 0, accepted = 0;
+    for (int j = 0; j <= 3; j++) {
+        cr_expect_eq(s.histogram[j], want[j], "histogram[%d] = %llu", j, (unsigned long long)s.histogram[j]);
+        rounds += s.histogram[j];
+        accepted += (uint64_t)j * s.histogram[j];
+    }
+    cr_expect_eq(rounds, s.rounds);
+    cr_expect_eq(accepted, s.accepted);
+    cr_expect_eq(s.histogram[4], 0);
+}

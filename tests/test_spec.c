@@ -1,6 +1,8 @@
 // test_spec.c — speculative rounds: spec ≡ greedy token for token, seeded sampling, the
 // preserved distribution (chi-square), and the trace observed on a real run.
 #include <math.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <string.h>
 #include "common.h"
 #include "decode.h"
@@ -26,25 +28,35 @@ static void free_pair(pair *p) {
     sd_model_free(&p->draft);
 }
 
-static void plain(const sd_model *m, const int *prompt, int n_prompt, int max_new, float temp, uint64_t seed, int *out) {
+static void plain_with(const sd_model *m, const int *prompt, int n_prompt, int max_new, float temp, uint64_t seed,
+                       sd_gen_control *ctl, int *out) {
     sd_state s;
     sd_status st = {0};
     cr_assert_eq(sd_state_init(&s, &m->cfg, n_prompt + max_new, 8, &st), SD_OK);
-    cr_assert_eq(sd_decode(m, &s, prompt, n_prompt, max_new, temp, seed, out, &st), SD_OK, "%s", st.msg);
+    cr_assert_eq(sd_decode(m, &s, prompt, n_prompt, max_new, temp, seed, ctl, out, &st), SD_OK, "%s", st.msg);
     sd_state_free(&s);
 }
 
-static void spec(const pair *p, int k, const int *prompt, int n_prompt, int max_new, float temp, uint64_t seed,
-                 int *out, sd_accept_stats *stats, trace_burst *tb) {
+static void plain(const sd_model *m, const int *prompt, int n_prompt, int max_new, float temp, uint64_t seed, int *out) {
+    plain_with(m, prompt, n_prompt, max_new, temp, seed, NULL, out);
+}
+
+static void spec_with(const pair *p, int k, const int *prompt, int n_prompt, int max_new, float temp, uint64_t seed,
+                      int *out, sd_accept_stats *stats, trace_burst *tb, sd_gen_control *ctl) {
     sd_state ts, ds;
     sd_status st = {0};
     cr_assert_eq(sd_state_init(&ts, &p->target.cfg, n_prompt + max_new + k + 1, k + 1, &st), SD_OK);
     cr_assert_eq(sd_state_init(&ds, &p->draft.cfg, n_prompt + max_new + k + 1, k, &st), SD_OK);
-    sd_spec_opts o = {.k = k, .temperature = temp, .seed = seed, .trace = tb};
+    sd_spec_opts o = {.k = k, .temperature = temp, .seed = seed, .trace = tb, .control = ctl};
     cr_assert_eq(sd_spec_generate(&p->target, &ts, &p->draft, &ds, prompt, n_prompt, max_new, &o, out, stats, &st), SD_OK,
                  "%s", st.msg);
     sd_state_free(&ts);
     sd_state_free(&ds);
+}
+
+static void spec(const pair *p, int k, const int *prompt, int n_prompt, int max_new, float temp, uint64_t seed,
+                 int *out, sd_accept_stats *stats, trace_burst *tb) {
+    spec_with(p, k, prompt, n_prompt, max_new, temp, seed, out, stats, tb, NULL);
 }
 
 enum { N_PROMPT = 7, N_NEW = 40 };
@@ -187,8 +199,8 @@ Test(spec_trace, level2_buckets_from_the_real_verify) {
     trace_burst_begin(&tb, 2, 4, NULL, NULL);
     sd_accept_stats stats = {0};
     spec(&p, 4, prompt, N_PROMPT, N_NEW, 0.0f, 0, out, &stats, &tb);
-    cr_assert_eq(tb.rounds, stats.rounds);
-    cr_assert_eq(tb.accepted, stats.accepted);
+    cr_assert_eq(tb.acc.rounds, stats.rounds);
+    cr_assert_eq(tb.acc.accepted, stats.accepted);
     cr_assert_gt(tb.phase_ns[TRACE_PHASE_VERIFY], 0);
     cr_assert_gt(tb.bucket_ns[TRACE_BUCKET_VKDA], 0, "vkda ticks from the KDA layers of verify");
     cr_assert_gt(tb.bucket_ns[TRACE_BUCKET_VMLA], 0, "vmla ticks from the MLA layer of verify");
@@ -211,5 +223,102 @@ Test(spec_trace, level0_reads_no_clock) {
     spec(&p, 4, prompt, N_PROMPT, 8, 0.0f, 0, out, &stats, &tb);
     for (int i = 0; i < TRACE_N_PHASES; i++) cr_assert_eq(tb.phase_ns[i], 0);
     for (int i = 0; i < TRACE_N_BUCKETS; i++) cr_assert_eq(tb.bucket_ns[i], 0);
+    free_pair(&p);
+}
+
+// ---- generation control (generate.h): stop ids, the stop flag, the per-commit callback ----
+
+typedef struct {
+    int tokens[N_NEW];
+    int n, calls, stop_after;           // stop_after > 0: set *stop at that call
+    volatile sig_atomic_t *stop;
+} commits;
+
+static void record_commit(void *ctx, const int *tokens, int n) {
+    commits *c = ctx;
+    cr_assert_leq(c->n + n, N_NEW, "more tokens committed than asked for");
+    memcpy(c->tokens + c->n, tokens, sizeof(int) * (size_t)n);
+    c->n += n;
+    if (++c->calls == c->stop_after) *c->stop = SIGINT;
+}
+
+// The first id of want at index >= 5 that does not occur before it: an EOS the greedy run meets there.
+static int eos_at(const int *want, int *at) {
+    for (int j = 5; j < N_NEW; j++) {
+        bool seen = false;
+        for (int i = 0; i < j; i++) seen |= want[i] == want[j];
+        if (!seen) { *at = j; return want[j]; }
+    }
+    cr_assert_fail("no fresh token in the greedy run");
+    return -1;
+}
+
+Test(spec_control, eos_ends_spec_and_greedy_at_the_same_token) {
+    pair p;
+    derived_pair(2, 0.3f, &p);
+    int prompt[N_PROMPT], want[N_NEW], got[N_NEW], at;
+    random_tokens(8, p.target.cfg.vocab_size, N_PROMPT, prompt);
+    plain(&p.target, prompt, N_PROMPT, N_NEW, 0.0f, 0, want);
+    int eos[2] = {-1, eos_at(want, &at)}; // a list: eos[0] is an id the run never reaches
+    for (int id = 0; eos[0] < 0 && id < p.target.cfg.vocab_size; id++) {
+        bool seen = false;
+        for (int i = 0; i <= at; i++) seen |= want[i] == id;
+        if (!seen) eos[0] = id;
+    }
+    cr_assert_geq(eos[0], 0);
+
+    commits rec = {0};
+    sd_gen_control ctl = {.eos = eos, .n_eos = 2, .on_commit = record_commit, .ctx = &rec};
+    plain_with(&p.target, prompt, N_PROMPT, N_NEW, 0.0f, 0, &ctl, got);
+    cr_expect_eq(ctl.end, SD_GEN_EOS);
+    cr_expect_eq(ctl.n_out, at + 1, "plain: %d tokens, the EOS is token %d", ctl.n_out, at);
+    cr_expect_eq(rec.n, at + 1);
+    cr_expect_eq(rec.calls, at + 1, "plain decode commits one token per step");
+    cr_expect_arr_eq(rec.tokens, want, sizeof(int) * (size_t)(at + 1));
+    for (int k = 1; k <= 8; k++) {
+        sd_accept_stats stats = {0};
+        rec = (commits){0};
+        spec_with(&p, k, prompt, N_PROMPT, N_NEW, 0.0f, 0, got, &stats, NULL, &ctl);
+        cr_expect_eq(ctl.end, SD_GEN_EOS, "k = %d", k);
+        cr_expect_eq(ctl.n_out, at + 1, "k = %d: %d tokens, the EOS is token %d", k, ctl.n_out, at);
+        cr_expect_arr_eq(got, want, sizeof(int) * (size_t)(at + 1), "k = %d: spec ≡ greedy up to the EOS", k);
+        cr_expect_eq(stats.emitted, (uint64_t)(at + 1), "k = %d", k);
+        cr_expect_eq(rec.calls, (int)stats.rounds, "k = %d: one callback per round", k);
+        cr_expect_arr_eq(rec.tokens, got, sizeof(int) * (size_t)(at + 1), "k = %d: the callback saw every token", k);
+    }
+    free_pair(&p);
+}
+
+Test(spec_control, stop_flag_ends_between_rounds_and_steps) {
+    pair p;
+    derived_pair(2, 0.3f, &p);
+    int prompt[N_PROMPT], want[N_NEW], got[N_NEW];
+    random_tokens(8, p.target.cfg.vocab_size, N_PROMPT, prompt);
+    plain(&p.target, prompt, N_PROMPT, N_NEW, 0.0f, 0, want);
+    volatile sig_atomic_t stop = 0;
+    commits rec = {.stop_after = 3, .stop = &stop};
+    sd_gen_control ctl = {.stop = &stop, .on_commit = record_commit, .ctx = &rec};
+    plain_with(&p.target, prompt, N_PROMPT, N_NEW, 0.0f, 0, &ctl, got);
+    cr_expect_eq(ctl.end, SD_GEN_STOPPED);
+    cr_expect_eq(ctl.n_out, 3, "the flag set during step 3 ends decode after it");
+
+    stop = 0;
+    rec = (commits){.stop_after = 3, .stop = &stop};
+    sd_accept_stats stats = {0};
+    spec_with(&p, 4, prompt, N_PROMPT, N_NEW, 0.0f, 0, got, &stats, NULL, &ctl);
+    cr_expect_eq(ctl.end, SD_GEN_STOPPED);
+    cr_expect_eq(stats.rounds, 3, "the flag set in round 3 ends the generation after it");
+    cr_expect_eq(ctl.n_out, rec.n);
+    cr_expect_eq((uint64_t)ctl.n_out, stats.emitted);
+    cr_expect_arr_eq(got, want, sizeof(int) * (size_t)ctl.n_out, "the tokens so far are greedy's");
+
+    stop = SIGINT; // set before the generation: nothing runs
+    rec = (commits){0};
+    stats = (sd_accept_stats){0};
+    spec_with(&p, 4, prompt, N_PROMPT, N_NEW, 0.0f, 0, got, &stats, NULL, &ctl);
+    cr_expect_eq(ctl.end, SD_GEN_STOPPED);
+    cr_expect_eq(ctl.n_out, 0);
+    cr_expect_eq(stats.rounds, 0);
+    cr_expect_eq(rec.calls, 0);
     free_pair(&p);
 }

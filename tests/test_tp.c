@@ -179,7 +179,7 @@ static sd_code gen_rank(void *ctx, int rank, const sd_model *m, sd_status *st) {
     if (!rc && job->draft)
         rc = sd_spec_generate(m, &ts, job->draft, &ds, job->prompt, N_PROMPT, N_NEW, &o, job->out[rank], &job->stats[rank], st);
     else if (!rc)
-        rc = sd_decode(m, &ts, job->prompt, N_PROMPT, N_NEW, job->temperature, 9, job->out[rank], st);
+        rc = sd_decode(m, &ts, job->prompt, N_PROMPT, N_NEW, job->temperature, 9, NULL, job->out[rank], st);
     sd_state_free(&ts);
     sd_state_free(&ds);
     return rc;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "trace.h"
+#include "trace_rounds.h" // spin_us, run_round
 
 #define ALIAS "SPECDEC_KIMI_LINEAR_SPEC_TRACE"
 
@@ -128,7 +129,7 @@ static trace_burst hand_burst(int level) {
     memset(&b, 0, sizeof b);
     b.level = level;
     b.k = 4;
-    b.rounds = 10;
+    b.acc.rounds = 10;
     const uint64_t ph[TRACE_N_PHASES] = {12345678, 45678901, 1234567, 2345678, 3456789};
     memcpy(b.phase_ns, ph, sizeof ph);
     b.bucket_ns[TRACE_BUCKET_VKDA] = 20000000;
@@ -247,47 +248,13 @@ Test(trace_lines, vrest_clamped_when_buckets_exceed_verify) {
     cr_expect(strstr(buf, "vrest=0.000 ") != NULL, "%s", buf);
 }
 
-// A burst timed for real: nested buckets inside the verify phase, as the layer walk ticks them.
-static void spin_us(uint64_t us) {
-    uint64_t t0 = trace_now_ns();
-    while (trace_now_ns() - t0 < us * 1000) {}
-}
-
 static int sync_calls;
 static void count_sync(void *ctx) { (void)ctx; sync_calls++; }
-
-static void run_round(trace_burst *b) {
-    spin_us(200);
-    trace_phase_end(b, TRACE_PHASE_DRAFT);
-    for (int layer = 0; layer < 3; layer++) {
-        uint64_t t = trace_bucket_start(b);
-        spin_us(50);
-        uint64_t ts = trace_bucket_start(b);
-        spin_us(100);
-        trace_bucket_stop(b, TRACE_BUCKET_SCAN, ts);
-        trace_bucket_stop(b, TRACE_BUCKET_VKDA, t);
-        t = trace_bucket_start(b);
-        spin_us(80);
-        trace_bucket_stop(b, TRACE_BUCKET_VMLA, t);
-        spin_us(20); // glue
-        t = trace_bucket_start(b);
-        spin_us(60);
-        trace_bucket_stop(b, TRACE_BUCKET_VFFN, t);
-    }
-    trace_phase_end(b, TRACE_PHASE_VERIFY);
-    spin_us(30);
-    trace_phase_end(b, TRACE_PHASE_ACCEPT);
-    spin_us(20);
-    trace_phase_end(b, TRACE_PHASE_ROLL);
-    spin_us(40);
-    trace_phase_end(b, TRACE_PHASE_MAINT);
-    b->rounds++;
-}
 
 Test(trace_lines, realistic_burst_invariants) {
     trace_burst b;
     trace_burst_begin(&b, 2, 4, count_sync, NULL);
-    for (int r = 0; r < 5; r++) run_round(&b);
+    for (int r = 0; r < 5; r++) run_round(&b, 2);
     char buf[1024];
     trace_burst_format(&b, "spec", buf, sizeof buf);
     parsed p = parse_lines(buf);
@@ -306,7 +273,7 @@ Test(trace_lines, nothing_at_level_0_or_without_rounds) {
     cr_expect_eq(trace_burst_format(&b, "spec", buf, sizeof buf), 0);
     cr_expect_str_eq(buf, "");
     b = hand_burst(2);
-    b.rounds = 0;
+    b.acc.rounds = 0;
     cr_expect_eq(trace_burst_format(&b, "spec", buf, sizeof buf), 0);
 
     FILE *f = tmpfile();
@@ -314,7 +281,7 @@ Test(trace_lines, nothing_at_level_0_or_without_rounds) {
     b = hand_burst(0);
     trace_burst_emit(&b, "spec", f);
     b = hand_burst(1);
-    b.rounds = 0;
+    b.acc.rounds = 0;
     trace_burst_emit(&b, "spec", f);
     cr_expect_eq(ftell(f), 0, "nothing written");
     fclose(f);
@@ -412,7 +379,7 @@ Test(trace_clock, sync_gets_its_context_and_null_sync_is_fine) {
     trace_bucket_stop(&b, TRACE_BUCKET_VKDA, t);
     trace_phase_end(&b, TRACE_PHASE_VERIFY);
     cr_expect_eq(b.k, 2);
-    cr_expect_eq(b.rounds, 0);
+    cr_expect_eq(b.acc.rounds, 0);
 }
 
 Test(trace_clock, phases_accumulate_elapsed_time) {
@@ -430,10 +397,10 @@ Test(trace_clock, phases_accumulate_elapsed_time) {
 Test(trace_clock, begin_drains_a_previous_burst) {
     trace_burst b = hand_burst(2);
     trace_burst_begin(&b, 1, 3, NULL, NULL);
-    cr_expect_eq(b.rounds, 0);
+    cr_expect_eq(b.acc.rounds, 0);
     cr_expect_eq(b.phase_ns[TRACE_PHASE_VERIFY], 0);
     cr_expect_eq(b.bucket_ns[TRACE_BUCKET_VKDA], 0);
-    cr_expect_eq(b.drafted, 0);
+    cr_expect_eq(b.acc.drafted, 0);
     cr_expect_neq(b.t_mark, 0);
 }
 

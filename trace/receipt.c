@@ -1,13 +1,14 @@
-// receipt.c — receipts: atomic JSONL writer, trace-log parser, JSONL loader, share compare.
+// receipt.c — receipts: atomic JSONL writer, trace-log parser, JSONL loader (the compare is in
+// receipt_compare.c).
 #include "receipt.h"
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
+#include "atomic_file.h" // sd_atomic_open, sd_atomic_commit
+#include "metrics.h"     // trace_metrics_add_vllm
 
 static const char *const receipt_phase_names[TRACE_N_PHASES] = {
     "draft", "verify", "accept", "roll", "maint"};
@@ -189,8 +190,11 @@ sd_code receipt_parse_file(const char *path, receipt_set *out, sd_status *st) {
     char *text;
     sd_code rc = receipt_read_file(path, &text, st);
     if (rc != SD_OK) return rc;
+    const size_t before = out->n;
     rc = receipt_parse_text(text, path, out, st);
     free(text);
+    if (rc == SD_OK && out->n == before)
+        rc = sd_fail(st, SD_ERR_DATA, "%s: no trace lines ([TAG-phase] rounds=...): nothing to parse", path);
     return rc;
 }
 
@@ -226,6 +230,15 @@ static char *receipt_burst_json(const receipt_burst *r) {
     receipt_add_count(o, "drafted", r->drafted);
     receipt_add_count(o, "accepted", r->accepted);
     receipt_add_count(o, "emitted", r->emitted);
+    if (r->drafted >= 0 && r->accepted >= 0 && r->emitted >= 0 && r->has_positions) {
+        sd_accept_stats acc = {.rounds = r->rounds, .drafted = (uint64_t)r->drafted,
+                               .accepted = (uint64_t)r->accepted, .emitted = (uint64_t)r->emitted, .k = r->k};
+        memcpy(acc.per_position, r->per_position, sizeof acc.per_position);
+        memcpy(acc.histogram, r->histogram, sizeof acc.histogram);
+        trace_metrics_add_vllm(o, &acc, r->k);
+    } else {
+        trace_metrics_add_unknown(o);
+    }
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;
@@ -245,6 +258,19 @@ static int receipt_json_count(const cJSON *o, const char *key, int64_t *v) {
     if (!x || cJSON_IsNull(x)) return 1;
     if (!cJSON_IsNumber(x) || x->valuedouble < 0) return 0;
     *v = (int64_t)x->valuedouble;
+    return 1;
+}
+
+// n non-negative integers of the array at key into v; absent or null: 0 (unknown), bad: -1.
+static int receipt_json_counts(const cJSON *o, const char *key, int n, uint64_t *v) {
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, key), *x;
+    if (!a || cJSON_IsNull(a)) return 0;
+    if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != n) return -1;
+    int i = 0;
+    cJSON_ArrayForEach(x, a) {
+        if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble != floor(x->valuedouble)) return -1;
+        v[i++] = (uint64_t)x->valuedouble;
+    }
     return 1;
 }
 
@@ -277,6 +303,12 @@ static const char *receipt_burst_from_json(const cJSON *o, receipt_burst *r) {
     if (!receipt_json_count(o, "drafted", &r->drafted)) return "drafted";
     if (!receipt_json_count(o, "accepted", &r->accepted)) return "accepted";
     if (!receipt_json_count(o, "emitted", &r->emitted)) return "emitted";
+    // Receipts older than vLLM's names carry no per-position counts: they stay unknown.
+    if (r->k < 0 || r->k > SD_STATS_MAX_POSITIONS) return "k";
+    int pos = receipt_json_counts(o, "num_accepted_tokens_per_pos", r->k, r->per_position);
+    int hist = receipt_json_counts(o, "acceptance_histogram", r->k + 1, r->histogram);
+    if (pos < 0 || pos != hist) return pos < 0 ? "num_accepted_tokens_per_pos" : "acceptance_histogram";
+    r->has_positions = pos;
     return NULL;
 }
 
@@ -296,13 +328,21 @@ static sd_code receipt_load_line(char *line, const char *path, int line_no, rece
             rc = sd_fail(st, SD_ERR_DATA, "%s:%d: a second env line", path, line_no);
         else if (!(out->env_json = strdup(line)))
             rc = sd_fail(st, SD_ERR_SYS, "%s: out of memory", path);
+    } else if (out->ended) {
+        rc = sd_fail(st, SD_ERR_DATA, "%s:%d: a line after the end line", path, line_no);
+    } else if (strcmp(kind->valuestring, "end") == 0) {
+        const cJSON *status = cJSON_GetObjectItemCaseSensitive(o, "status");
+        if (!cJSON_IsString(status))
+            rc = sd_fail(st, SD_ERR_DATA, "%s:%d: end line without a \"status\" string", path, line_no);
+        out->ended = 1;
+        out->interrupted = cJSON_IsString(status) && strcmp(status->valuestring, "interrupted") == 0;
     } else if (strcmp(kind->valuestring, "burst") == 0) {
         receipt_burst r;
         const char *bad = receipt_burst_from_json(o, &r);
         rc = bad ? sd_fail(st, SD_ERR_DATA, "%s:%d: burst: missing or bad \"%s\"", path, line_no, bad)
                  : receipt_set_push(out, &r, st);
     } else {
-        rc = sd_fail(st, SD_ERR_DATA, "%s:%d: unknown kind \"%s\" (expected env or burst)", path,
+        rc = sd_fail(st, SD_ERR_DATA, "%s:%d: unknown kind \"%s\" (expected env, burst or end)", path,
                      line_no, kind->valuestring);
     }
     cJSON_Delete(o);
@@ -347,42 +387,13 @@ sd_code receipt_write_jsonl(const receipt_set *s, FILE *out, sd_status *st) {
 // ---------------------------------------------------------------------------------------------
 // the atomic writer
 
-// Best effort: make the rename itself durable.
-static void receipt_fsync_dir(const char *path) {
-    const char *slash = strrchr(path, '/');
-    char *dir = slash ? strndup(path, (size_t)(slash - path) + 1) : strdup(".");
-    if (!dir) return;
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) { fsync(fd); close(fd); }
-    free(dir);
-}
-
-// Rewrites the whole file: <path>.tmp.<pid>, fsync, rename over <path>.
+// Rewrites the whole file atomically.
 static sd_code receipt_writer_flush(const receipt_writer *w, sd_status *st) {
-    size_t len = strlen(w->path) + 32;
-    char *tmp = malloc(len);
-    if (!tmp) return sd_fail(st, SD_ERR_SYS, "%s: out of memory", w->path);
-    snprintf(tmp, len, "%s.tmp.%ld", w->path, (long)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
-        sd_fail(st, SD_ERR_SYS, "%s: cannot create: %s", tmp, strerror(errno));
-        free(tmp);
-        return SD_ERR_SYS;
-    }
-    for (size_t i = 0; i < w->n; i++) fprintf(f, "%s\n", w->lines[i]);
-    int ok = fflush(f) == 0 && !ferror(f) && fsync(fileno(f)) == 0;
-    int err = errno;
-    ok = (fclose(f) == 0) && ok;
-    if (ok && rename(tmp, w->path) != 0) { ok = 0; err = errno; }
-    if (!ok) {
-        unlink(tmp);
-        sd_fail(st, SD_ERR_SYS, "%s: cannot write the receipt: %s", w->path, strerror(err));
-        free(tmp);
-        return SD_ERR_SYS;
-    }
-    free(tmp);
-    receipt_fsync_dir(w->path);
-    return SD_OK;
+    sd_atomic_file af;
+    sd_code rc = sd_atomic_open(&af, w->path, st);
+    if (rc != SD_OK) return rc;
+    for (size_t i = 0; i < w->n; i++) fprintf(af.f, "%s\n", w->lines[i]);
+    return sd_atomic_commit(&af, st);
 }
 
 // Appends a line (taking ownership of the malloc'd `line`) and rewrites the file; on failure
@@ -420,8 +431,13 @@ static char *receipt_env_json(const receipt_env *e) {
     receipt_add_str(o, "device", e->device);
     receipt_add_str(o, "driver", e->driver);
     receipt_add_str(o, "tp_layout", e->tp_layout);
+    cJSON_AddBoolToObject(o, "decode_graph", e->decode_graph);
     receipt_add_str(o, "tag", e->tag);
     receipt_add_str(o, "flags", e->flags);
+    receipt_add_str(o, "trace_level_source", e->trace_level_source);
+    receipt_add_str(o, "cpu_model", e->cpu_model);
+    cJSON_AddNumberToObject(o, "cpu_threads", e->cpu_threads);
+    receipt_add_str(o, "omp_wait_policy", e->omp_wait_policy);
     cJSON_AddNumberToObject(o, "k", e->k);
     cJSON_AddRawToObject(o, "seed", seed); // exact: a double cannot hold every uint64
     cJSON_AddNumberToObject(o, "temperature", e->temperature);
@@ -447,7 +463,7 @@ sd_code receipt_add_burst(receipt_writer *w, const trace_burst *b, const char *t
     if (b->level < 1)
         return sd_fail(st, SD_ERR_USAGE, "%s: burst traced at level 0 (no clocks); a receipt "
                        "needs trace level 1 or 2", w->path);
-    if (b->rounds == 0) return SD_OK; // the trace prints nothing either
+    if (b->acc.rounds == 0) return SD_OK; // the trace prints nothing either
     if (!tag[0] || strlen(tag) >= RECEIPT_TAG_MAX || strpbrk(tag, " \t[]\n"))
         return sd_fail(st, SD_ERR_USAGE, "%s: bad trace tag '%s'", w->path, tag);
 
@@ -461,10 +477,25 @@ sd_code receipt_add_burst(receipt_writer *w, const trace_burst *b, const char *t
     if (rc != SD_OK) { receipt_set_free(&one); return rc; }
     receipt_burst r = one.bursts[0];
     receipt_set_free(&one);
-    r.drafted = (int64_t)b->drafted;
-    r.accepted = (int64_t)b->accepted;
-    r.emitted = (int64_t)b->emitted;
+    r.drafted = (int64_t)b->acc.drafted;
+    r.accepted = (int64_t)b->acc.accepted;
+    r.emitted = (int64_t)b->acc.emitted;
+    r.has_positions = b->k >= 0 && b->k <= SD_STATS_MAX_POSITIONS;
+    memcpy(r.per_position, b->acc.per_position, sizeof r.per_position);
+    memcpy(r.histogram, b->acc.histogram, sizeof r.histogram);
     char *line = receipt_burst_json(&r);
+    if (!line) return sd_fail(st, SD_ERR_SYS, "%s: out of memory", w->path);
+    return receipt_writer_append(w, line, st);
+}
+
+sd_code receipt_finish(receipt_writer *w, const char *status, const char *stop_reason, int tokens, sd_status *st) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "kind", "end");
+    receipt_add_str(o, "status", status);
+    receipt_add_str(o, "stop_reason", stop_reason);
+    cJSON_AddNumberToObject(o, "tokens", tokens);
+    char *line = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
     if (!line) return sd_fail(st, SD_ERR_SYS, "%s: out of memory", w->path);
     return receipt_writer_append(w, line, st);
 }
@@ -475,112 +506,4 @@ void receipt_close(receipt_writer *w) {
     free(w->lines);
     free(w->path);
     memset(w, 0, sizeof *w);
-}
-
-// ---------------------------------------------------------------------------------------------
-// compare
-
-#define RECEIPT_N_VROWS 5
-static const char *const receipt_vrow_names[RECEIPT_N_VROWS] = {"vkda", "scan", "vmla", "vrest", "vffn"};
-
-typedef struct {
-    const char *tag;
-    size_t n_bursts;
-    uint64_t rounds;
-    int k, k_mixed;
-    double share[TRACE_N_PHASES];    // percent of the five-phase total
-    int has_v;
-    double vshare[RECEIPT_N_VROWS];  // percent of verify, over the bursts with a -v line
-} receipt_shares;
-
-// The TAG the set is compared under: `tag` itself, or the set's only TAG.
-static sd_code receipt_pick_tag(const receipt_set *s, const char *label, const char *tag,
-                                const char **picked, sd_status *st) {
-    if (s->n == 0) return sd_fail(st, SD_ERR_DATA, "%s: no bursts (no [TAG-phase] lines or burst records)", label);
-    if (tag) { *picked = tag; return SD_OK; }
-    for (size_t i = 1; i < s->n; i++)
-        if (strcmp(s->bursts[i].tag, s->bursts[0].tag) != 0)
-            return sd_fail(st, SD_ERR_DATA, "%s: holds bursts of tags '%s' and '%s'; choose one tag",
-                           label, s->bursts[0].tag, s->bursts[i].tag);
-    *picked = s->bursts[0].tag;
-    return SD_OK;
-}
-
-static sd_code receipt_shares_of(const receipt_set *s, const char *label, const char *tag,
-                                 receipt_shares *sh, sd_status *st) {
-    memset(sh, 0, sizeof *sh);
-    sh->tag = tag;
-    double ph[TRACE_N_PHASES] = {0}, total = 0, verify = 0, v[RECEIPT_N_VROWS] = {0};
-    for (size_t i = 0; i < s->n; i++) {
-        const receipt_burst *r = &s->bursts[i];
-        if (strcmp(r->tag, tag) != 0) continue;
-        if (sh->n_bursts++ == 0) sh->k = r->k;
-        else if (r->k != sh->k) sh->k_mixed = 1;
-        sh->rounds += r->rounds;
-        for (int p = 0; p < TRACE_N_PHASES; p++) { ph[p] += r->phase_ms[p]; total += r->phase_ms[p]; }
-        if (!r->has_v) continue;
-        double n = (double)r->rounds; // per-round values back to burst totals
-        double row[RECEIPT_N_VROWS] = {r->v_ms[TRACE_BUCKET_VKDA], r->v_ms[TRACE_BUCKET_SCAN],
-                                       r->v_ms[TRACE_BUCKET_VMLA], r->vrest_ms, r->v_ms[TRACE_BUCKET_VFFN]};
-        verify += r->per_round_ms[TRACE_PHASE_VERIFY] * n;
-        for (int j = 0; j < RECEIPT_N_VROWS; j++) v[j] += row[j] * n;
-    }
-    if (sh->n_bursts == 0) return sd_fail(st, SD_ERR_DATA, "%s: no bursts of tag '%s'", label, tag);
-    if (!(total > 0)) return sd_fail(st, SD_ERR_DATA, "%s: the phases sum to 0 ms; shares are undefined", label);
-    for (int p = 0; p < TRACE_N_PHASES; p++) sh->share[p] = 100.0 * ph[p] / total;
-    sh->has_v = verify > 0;
-    for (int j = 0; sh->has_v && j < RECEIPT_N_VROWS; j++) sh->vshare[j] = 100.0 * v[j] / verify;
-    return SD_OK;
-}
-
-static int receipt_row(FILE *out, const char *name, double a, double b, double tol_pp) {
-    double diff = b - a;
-    int over = fabs(diff) > tol_pp;
-    if (out) fprintf(out, "%-8s %8.2f %8.2f %+9.2f%s\n", name, a, b, diff, over ? "  beyond tolerance" : "");
-    return over;
-}
-
-static void receipt_print_side(FILE *out, const char *label, const receipt_shares *sh) {
-    if (!out) return;
-    fprintf(out, "  %s: %zu bursts, %llu rounds, k=", label, sh->n_bursts, (unsigned long long)sh->rounds);
-    if (sh->k_mixed) fprintf(out, "mixed");
-    else fprintf(out, "%d", sh->k);
-    fprintf(out, "%s\n", sh->has_v ? ", level-2 sub-split" : "");
-}
-
-sd_code receipt_compare(const receipt_set *a, const receipt_set *b, const char *tag,
-                        double tol_pp, FILE *out, int *n_over, sd_status *st) {
-    *n_over = 0;
-    if (!(tol_pp >= 0) || !isfinite(tol_pp))
-        return sd_fail(st, SD_ERR_USAGE, "compare: tolerance must be a finite number >= 0 (got %g)", tol_pp);
-    const char *tag_a = NULL, *tag_b = NULL;
-    sd_code rc = receipt_pick_tag(a, "A", tag, &tag_a, st);
-    if (rc == SD_OK) rc = receipt_pick_tag(b, "B", tag, &tag_b, st);
-    if (rc != SD_OK) return rc;
-    if (strcmp(tag_a, tag_b) != 0)
-        return sd_fail(st, SD_ERR_DATA, "compare: A is tag '%s', B is tag '%s'; different loops "
-                       "do not compare (choose a tag)", tag_a, tag_b);
-    receipt_shares sa, sb;
-    rc = receipt_shares_of(a, "A", tag_a, &sa, st);
-    if (rc == SD_OK) rc = receipt_shares_of(b, "B", tag_b, &sb, st);
-    if (rc != SD_OK) return rc;
-
-    if (out) fprintf(out, "receipt compare: tag %s, tolerance %.2f pp\n", tag_a, tol_pp);
-    receipt_print_side(out, "A", &sa);
-    receipt_print_side(out, "B", &sb);
-    if (out) fprintf(out, "%-8s %8s %8s %9s\n", "phase", "A%", "B%", "diff(pp)");
-    for (int p = 0; p < TRACE_N_PHASES; p++)
-        *n_over += receipt_row(out, receipt_phase_names[p], sa.share[p], sb.share[p], tol_pp);
-    if (sa.has_v && sb.has_v) {
-        if (out) fprintf(out, "verify sub-split (percent of verify):\n");
-        for (int j = 0; j < RECEIPT_N_VROWS; j++)
-            *n_over += receipt_row(out, receipt_vrow_names[j], sa.vshare[j], sb.vshare[j], tol_pp);
-    } else if (out && (sa.has_v || sb.has_v)) {
-        fprintf(out, "verify sub-split: only %s has level-2 lines; not compared\n", sa.has_v ? "A" : "B");
-    }
-    if (out) {
-        if (*n_over) fprintf(out, "%d row(s) beyond tolerance\n", *n_over);
-        else fprintf(out, "all rows within tolerance\n");
-    }
-    return SD_OK;
 }

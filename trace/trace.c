@@ -1,7 +1,9 @@
 // trace.c — levels, phase clocks, level-2 buckets and the two emitted line shapes (trace.h).
 #include "trace.h"
-#include "nvtx.h" // TRACE_RANGE_PUSH, TRACE_RANGE_POP
+#include "chrome.h" // trace_timeline_* (the slices of a timeline, when one is attached)
+#include "nvtx.h"   // TRACE_RANGE_PUSH, TRACE_RANGE_POP
 #include <ctype.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,10 +95,18 @@ void trace_phase_end(trace_burst *b, trace_phase ended) {
     if (!b || b->level < 1) return;
     uint64_t now = trace_boundary(b);
     b->phase_ns[ended] += now - b->t_mark;
+    if (b->timeline) trace_timeline_phase(b->timeline, ended, (uint32_t)b->acc.rounds, b->t_mark, now);
     b->t_mark = now;
 }
 
+void trace_burst_round(trace_burst *b, int n_accepted, int n_emitted) {
+    sd_stats_add_round(&b->acc, b->k, n_accepted, n_emitted);
+    if (b->timeline) trace_timeline_round(b->timeline, (uint32_t)(b->acc.rounds - 1), n_accepted, n_emitted);
+}
+
 void trace_burst_use_events(trace_burst *b, const trace_events *ev) { b->events = ev; }
+
+void trace_burst_use_timeline(trace_burst *b, struct trace_timeline *t) { b->timeline = t; }
 
 // Event mode hands the start event to its stop through the uint64_t the API passes along.
 uint64_t trace_bucket_start(trace_burst *b) {
@@ -108,7 +118,9 @@ uint64_t trace_bucket_start(trace_burst *b) {
 void trace_bucket_stop(trace_burst *b, trace_bucket which, uint64_t t_start) {
     if (!b || b->level < 2 || which < 0 || which >= TRACE_N_BUCKETS) return;
     if (!b->events) {
-        b->bucket_ns[which] += trace_boundary(b) - t_start;
+        uint64_t now = trace_boundary(b);
+        b->bucket_ns[which] += now - t_start;
+        if (b->timeline) trace_timeline_bucket(b->timeline, which, (uint32_t)b->acc.rounds, t_start, now - t_start);
         return;
     }
     void *end = b->events->record(b->events->ctx);
@@ -119,21 +131,40 @@ void trace_bucket_stop(trace_burst *b, trace_bucket which, uint64_t t_start) {
     b->pairs[b->n_pairs].a = (void *)(uintptr_t)t_start;
     b->pairs[b->n_pairs].b = end;
     b->pairs[b->n_pairs].which = which;
+    b->pairs[b->n_pairs].round = (uint32_t)b->acc.rounds;
     b->n_pairs++;
 }
 
+// Adds pairs[0..n) to their buckets and, with a timeline, makes each a slice of its round: it
+// starts at the round's verify start plus the device time since the round's first event (the
+// phase boundary before verify drained the device, so the clocks meet there).
+static void trace_charge_pairs(trace_burst *b, const trace_pair *pairs, int n, uint32_t round_of_all, bool one_round) {
+    const trace_events *ev = b->events;
+    void *anchor = NULL;
+    uint32_t anchor_round = UINT32_MAX;
+    for (int i = 0; i < n; i++) {
+        const uint64_t dur = (uint64_t)(ev->elapsed_ms(ev->ctx, pairs[i].a, pairs[i].b) * 1e6);
+        b->bucket_ns[pairs[i].which] += dur;
+        if (!b->timeline) continue;
+        const uint32_t round = one_round ? round_of_all : pairs[i].round;
+        if (round != anchor_round) {
+            anchor = pairs[i].a;
+            anchor_round = round;
+        }
+        const double since = ev->elapsed_ms(ev->ctx, anchor, pairs[i].a);
+        const uint64_t t0 = trace_timeline_verify_start(b->timeline, round) + (since > 0 ? (uint64_t)(since * 1e6) : 0);
+        trace_timeline_bucket(b->timeline, pairs[i].which, round, t0, dur);
+    }
+}
+
 void trace_burst_add_pairs(trace_burst *b, const trace_pair *pairs, int n) {
-    if (!b || !b->events) return;
-    for (int i = 0; i < n; i++)
-        b->bucket_ns[pairs[i].which] += (uint64_t)(b->events->elapsed_ms(b->events->ctx, pairs[i].a, pairs[i].b) * 1e6);
+    if (b && b->events) trace_charge_pairs(b, pairs, n, (uint32_t)b->acc.rounds, true);
 }
 
 void trace_burst_collect(trace_burst *b) {
     if (!b->events) return;
     if (b->sync) b->sync(b->sync_ctx);
-    for (int i = 0; i < b->n_pairs; i++)
-        b->bucket_ns[b->pairs[i].which] +=
-            (uint64_t)(b->events->elapsed_ms(b->events->ctx, b->pairs[i].a, b->pairs[i].b) * 1e6);
+    trace_charge_pairs(b, b->pairs, b->n_pairs, 0, false);
     b->n_pairs = 0;
     b->events->release_all(b->events->ctx);
 }
@@ -152,9 +183,9 @@ static void trace_append(size_t len, size_t *used, int n) {
 size_t trace_burst_format(const trace_burst *b, const char *tag, char *buf, size_t len) {
     if (!buf || len == 0) return 0;
     buf[0] = 0;
-    if (!b || b->level < 1 || b->rounds == 0) return 0;
+    if (!b || b->level < 1 || b->acc.rounds == 0) return 0;
     if (!tag) tag = "spec";
-    const uint64_t *ph = b->phase_ns, r = b->rounds;
+    const uint64_t *ph = b->phase_ns, r = b->acc.rounds;
     uint64_t total = 0;
     for (int i = 0; i < TRACE_N_PHASES; i++) total += ph[i];
     size_t used = 0;

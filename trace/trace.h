@@ -9,6 +9,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stddef.h>
+#include "sample.h" // sd_accept_stats
+
+struct trace_timeline; // chrome.h
 
 typedef enum {
     TRACE_PHASE_DRAFT = 0,
@@ -60,6 +63,7 @@ typedef struct trace_events {
 typedef struct {
     void *a, *b;
     trace_bucket which;
+    uint32_t round; // the burst's round it was recorded in (the Chrome trace places it there)
 } trace_pair;
 
 // One burst's clocks and counts. Filled by the round loop (phases, acceptance) and by the
@@ -67,16 +71,16 @@ typedef struct {
 typedef struct trace_burst {
     int level;
     int k;
-    uint64_t rounds;
+    sd_accept_stats acc;                 // the burst's rounds (acc.rounds) and acceptance counts
     uint64_t phase_ns[TRACE_N_PHASES];
     uint64_t bucket_ns[TRACE_N_BUCKETS];
-    uint64_t drafted, accepted, emitted; // acceptance counts of the burst
     uint64_t t_mark;                     // the last boundary's clock
     void (*sync)(void *ctx);             // drains the backend; NULL = nothing to drain (CPU)
     void *sync_ctx;
     const trace_events *events;          // level-2 event mode (NULL: drain and read the clock)
     trace_pair pairs[TRACE_MAX_EVENT_PAIRS];
     int n_pairs, pairs_lost;             // recorded pairs; pairs the pool could not time
+    struct trace_timeline *timeline;     // every phase and bucket as a slice (chrome.h); NULL = none
 } trace_burst;
 
 // Start a burst (drains the accumulators; reads the clock when level >= 1).
@@ -88,14 +92,22 @@ void trace_phase_begin(trace_phase phase);
 // clock and charge the time since the last mark to `ended`.
 void trace_phase_end(trace_burst *b, trace_phase ended);
 
+// The round loop's count of one finished round: n_accepted of k drafts accepted, n_emitted
+// tokens committed (sd_stats_add_round on b->acc; the timeline notes the round's acceptance).
+void trace_burst_round(trace_burst *b, int n_accepted, int n_emitted);
+
 // Switch a burst's level-2 buckets to event mode (call right after trace_burst_begin).
 void trace_burst_use_events(trace_burst *b, const trace_events *ev);
-// Event mode: drain, add every recorded pair's elapsed time to its bucket, release the events.
-// Call at the end of the burst, before emitting. A no-op in drain mode.
+// Keep every phase and bucket of the burst as a slice in t (chrome.h; right after begin).
+void trace_burst_use_timeline(trace_burst *b, struct trace_timeline *t);
+// Event mode: drain, add every recorded pair's elapsed time to its bucket (and, with a
+// timeline, make it a slice of that duration), release the events. Call at the end of the
+// burst, before emitting. A no-op in drain mode.
 void trace_burst_collect(trace_burst *b);
 
-// Event mode: adds the elapsed times of n pairs to their buckets and keeps the pairs (after a
-// drain): the pairs recorded while a graph was captured, which every replay records again.
+// Event mode, after a drain: adds the elapsed times of n pairs to their buckets (and, with a
+// timeline, their slices to the current round) — the pairs recorded while a graph was captured,
+// which every replay records again; the caller keeps them.
 void trace_burst_add_pairs(trace_burst *b, const trace_pair *pairs, int n);
 
 // Level-2 bucket timing around one call inside the verify walk. Usage:

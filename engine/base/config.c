@@ -289,6 +289,39 @@ static void locate(const char *text, size_t at, int *line, int *col) {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// eos_token_id: optional and outside the table (its value is one id or a list, as in the Hugging
+// Face configs); read after the table, since each id must lie in 0..vocab_size-1.
+
+static sd_code read_eos_token_id(const reader *r, sd_config *cfg) {
+    const key_spec k = INT_OPT("eos_token_id", n_eos_token_ids, 0, 0);
+    const cJSON *v, *item;
+    sd_code rc = find(r, &k, &v);
+    if (rc || !v) return rc;
+    char got[64];
+    if (!cJSON_IsNumber(v) && !cJSON_IsArray(v))
+        return bad(r, k.key, "must be a token id or a list of token ids, got %s", show(v, got));
+    int n = 0;
+    for (item = cJSON_IsArray(v) ? v->child : v; item; item = cJSON_IsArray(v) ? item->next : NULL) {
+        if (n == SD_MAX_EOS_IDS) return bad(r, k.key, "must list at most %d ids, got more", SD_MAX_EOS_IDS);
+        if ((rc = read_int(r, &k, item, &cfg->eos_token_id[n]))) return rc;
+        if (cfg->eos_token_id[n] >= cfg->vocab_size)
+            return bad(r, k.key, "must be in 0..%d (vocab_size - 1), got %d", cfg->vocab_size - 1, cfg->eos_token_id[n]);
+        n++;
+    }
+    if (n == 0) return bad(r, k.key, "must list at least one id, got []");
+    cfg->n_eos_token_ids = n;
+    return SD_OK;
+}
+
+// One id as a number, several as a list: what the reader accepts, written back the same way.
+static bool write_eos_token_id(cJSON *root, const sd_config *c) {
+    if (c->n_eos_token_ids == 0) return true;
+    cJSON *v = c->n_eos_token_ids == 1 ? cJSON_CreateNumber(c->eos_token_id[0])
+                                       : cJSON_CreateIntArray(c->eos_token_id, c->n_eos_token_ids);
+    return v && cJSON_AddItemToObject(root, "eos_token_id", v);
+}
+
 static sd_code parse_document(const reader *r_in, const char *json, sd_config *cfg) {
     reader r = *r_in;
     sd_code rc;
@@ -311,6 +344,7 @@ static sd_code parse_document(const reader *r_in, const char *json, sd_config *c
     for (size_t i = 0; i < N_CONFIG_KEYS; i++)
         if ((rc = read_key(&r, &config_keys[i], cfg))) goto done;
     rc = check_rules(&r, cfg);
+    if (!rc) rc = read_eos_token_id(&r, cfg);
 done:
     cJSON_Delete(doc);
     return rc;
@@ -417,6 +451,7 @@ char *sd_config_to_json(const sd_config *cfg) {
         if (value && !ok) cJSON_Delete(value);
         if (ok && k->kind == KEY_SECTION) linear = value;
     }
+    ok = ok && write_eos_token_id(root, cfg);
     char *text = ok ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
     return text;

@@ -4,6 +4,7 @@
 #include "status.h" // sd_status
 
 #define SD_MAX_LAYERS 256
+#define SD_MAX_EOS_IDS 16
 
 typedef enum { SD_MIXER_KDA = 0, SD_MIXER_MLA = 1 } sd_mixer;
 
@@ -50,6 +51,10 @@ typedef struct sd_config {
     int num_expert_group;      // G
     int topk_group;
     sd_config_shard shard;     // a rank's share (above); zero for a user config
+    // Generation: eos_token_id, optional, one id or a list (each in 0..V-1); a run stops after
+    // committing any of them.
+    int eos_token_id[SD_MAX_EOS_IDS];
+    int n_eos_token_ids;       // 0: absent or null
 } sd_config;
 
 // Parse and validate config JSON text; `name` (the file path) prefixes every error, which names

@@ -65,6 +65,7 @@ void sd_stats_add_round(sd_accept_stats *s, int k, int n_accepted, int n_emitted
     s->accepted += (uint64_t)n_accepted;
     s->emitted += (uint64_t)n_emitted;
     for (int i = 0; i < n_accepted && i < SD_STATS_MAX_POSITIONS; i++) s->per_position[i]++;
+    if (n_accepted >= 0 && n_accepted <= SD_STATS_MAX_POSITIONS) s->histogram[n_accepted]++;
     s->k = k;
 }
 

@@ -35,6 +35,7 @@ void sd_residual(const float *p, const float *q, int n, float *out);
 typedef struct sd_accept_stats {
     uint64_t rounds, drafted, accepted, emitted;
     uint64_t per_position[SD_STATS_MAX_POSITIONS]; // rounds whose draft position i (0-based) was accepted
+    uint64_t histogram[SD_STATS_MAX_POSITIONS + 1]; // rounds that accepted exactly n drafts, n = 0..k
     int k;                                         // draft depth of the latest round
 } sd_accept_stats;
 

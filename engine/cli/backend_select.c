@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "backend.h"
+#include "host_cpu.h" // sd_cli_cpu_model
 #ifdef SPECDEC_HAVE_CUDA
 #include "cuda_backend.h" // sd_cuda_device_count, sd_cuda_model_upload, sd_cuda_backend_of
 #endif
@@ -59,15 +60,5 @@ void sd_cli_device_name(const sd_model *m, char *buf, size_t len) {
     }
 #endif
     (void)m;
-    snprintf(buf, len, "cpu");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    char line[512];
-    while (f && fgets(line, sizeof line, f)) {
-        char *colon = strchr(line, ':');
-        if (strncmp(line, "model name", 10) || !colon) continue;
-        snprintf(buf, len, "%s", colon + 2);
-        buf[strcspn(buf, "\n")] = 0;
-        break;
-    }
-    if (f) fclose(f);
+    sd_cli_cpu_model(buf, len);
 }

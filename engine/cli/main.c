@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "commands.h"
+#include "host_cpu.h" // sd_cli_omp_passive
 
 static const struct {
     const char *name;
@@ -21,10 +22,12 @@ static void usage(FILE *out) {
             SPECDEC_GIT_COMMIT);
     for (int i = 0; i < N_COMMANDS; i++) fprintf(out, "  %-9s %s\n", commands[i].name, commands[i].what);
     fprintf(out, "\nWith no command, `specdec` runs `specdec run` (the default demo).\n"
-                 "Exit codes: 0 success, 1 bad data or a failed run, 2 bad usage.\n");
+                 "Exit codes: 0 success, 1 bad data or a failed run, 2 bad usage, 128 + N when signal N\n"
+                 "ended a run (130: Ctrl-C; the work finished so far is printed and banked).\n");
 }
 
 int main(int argc, char **argv) {
+    sd_cli_omp_passive(argv);
     if (argc < 2 || argv[1][0] == '-') {
         if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
             usage(stdout);
