@@ -213,9 +213,11 @@ static void lab_kda(void) {
     float *Sa = malloc(sizeof(float) * d * d), *Sb = malloc(sizeof(float) * d * d);
     float *work = malloc(sizeof(float) * sd_kda_chunk_work_floats(d, SD_KDA_CHUNK));
     memcpy(S_chunk, S0, sizeof(float) * H * d * d);
+    float *g3 = calloc((size_t)TC * 3 * P, sizeof(float)); // sd_kda_chunk_head reads every input at one stride
+    for (int t = 0; t < TC; t++) memcpy(g3 + (size_t)t * 3 * P, g + (size_t)t * P, sizeof(float) * P);
     for (int h = 0; h < H; h++) {
         const size_t o = (size_t)h * d;
-        sd_kda_chunk_head(S_chunk + o * d, qkv + o, qkv + P + o, qkv + 2 * P + o, g + o, beta + h, TC, d, SD_KDA_CHUNK, 3 * P,
+        sd_kda_chunk_head(S_chunk + o * d, qkv + o, qkv + P + o, qkv + 2 * P + o, g3 + o, beta + h, TC, d, SD_KDA_CHUNK, 3 * P,
                           H, y_chunk + o, work);
         memcpy(Sa, S0 + o * d, sizeof(float) * d * d);
         for (int t = 0; t < TC; t++) {
@@ -249,7 +251,7 @@ static void lab_kda(void) {
     c.T = TT;
     const double ms = sd_bench_time_ms(run_kda, &c, 0, 5);
     add_row("kda", "chunked recurrence T=4096", -1, 0, ms, TT / ms, "tokens/ms");
-    free(qkv); free(g); free(beta); free(S0); free(S_chunk); free(S_rec); free(y_chunk); free(y_rec);
+    free(qkv); free(g); free(g3); free(beta); free(S0); free(S_chunk); free(S_rec); free(y_chunk); free(y_rec);
     free(Sa); free(Sb); free(work); free(y); free(S); free(y_cpu);
     SD_BENCH_CK(cudaFree((void *)c.qkv)); SD_BENCH_CK(cudaFree((void *)c.g)); SD_BENCH_CK(cudaFree((void *)c.beta));
     SD_BENCH_CK(cudaFree(c.S)); SD_BENCH_CK(cudaFree(c.So)); SD_BENCH_CK(cudaFree(c.y)); SD_BENCH_CK(cudaFree(c.work));

@@ -47,6 +47,9 @@ cache_kernel(const float *kv, int ld_kv, const float *__restrict__ kv_norm, floa
         dst[2 * i] = x0 * cs - x1 * sn;
         dst[2 * i + 1] = x0 * sn + x1 * cs;
     }
+    // An odd dr leaves the last element unpaired: it is not rotated (the queries keep theirs in
+    // place), and the key's is copied, as the decode path and the CPU do.
+    if ((dr & 1) && threadIdx.x == 0) kp[dr - 1] = row[R + dr - 1];
 }
 
 extern "C" sd_code sd_cuda_mla_prefill_cache(const float *kv, int ld_kv, const float *kv_norm, float eps, bool rope,

@@ -7,8 +7,10 @@
 // separable), runs the launchers on guarded device buffers (sentinels either side, checked when
 // each buffer is released), compares, and checks the exactness laws bit for bit: a token alone ≡
 // inside a T-token call (verify ≡ decode), one launch ≡ the launches it fuses, both MoE arms
-// equal. Then the sublayers and whole models against the CPU. Without a device (or without the
-// CUDA build) every test reports itself skipped — never passed.
+// equal. The prefill's kernels, never bitwise the token path, check their own laws bit for bit
+// instead: two pieces ≡ one call, in place ≡ out of place, a call repeated ≡ itself. Then the
+// sublayers and whole models against the CPU. Without a device (or without the CUDA build) every
+// test reports itself skipped — never passed.
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -26,12 +28,16 @@ Test(cuda, suite) { cr_skip_test("CUDA backend not built (no toolkit or -DSPECDE
 #include "cuda_layers.h"  // sd_cuda_kda_forward, sd_cuda_mla_forward, sd_cuda_moe_forward
 #include "cuda_scratch.h" // sd_cuda_scratch_of
 #include "cursor.h"       // sd_cuda_cursor_set/_advance/_commit, sd_pos_fixed, sd_pos_cursor
+#include "gemm.h"         // sd_gemm_*, sd_cuda_to_bf16
 #include "kda.h"          // sd_cuda_kda_conv, sd_cuda_kda_scan, sd_cuda_kda_out
 #include "layers.h"       // the CPU sublayers, sd_ffn_forward, sd_moe_route
-#include "kda_scan.h"     // sd_kda_step
+#include "kda_scan.h"     // sd_kda_step, sd_kda_chunk_head
+#include "kda_prefill.h"  // sd_cuda_kda_prefill_conv, _ring, _out, sd_cuda_kda_chunk
 #include "linear.h"       // sd_cuda_linear, sd_cuda_linear_multi, sd_cuda_linear_multi_norm
 #include "mla.h"          // sd_cuda_mla_attend, SD_MLA_SPLIT
+#include "mla_prefill.h"  // sd_cuda_mla_prefill_cache, _pack_keys, _pack_queries, _flash
 #include "moe_experts.h"  // sd_cuda_moe_up, sd_cuda_moe_down
+#include "moe_prefill.h"  // sd_cuda_moe_prefill_*, sd_cuda_gather_rows, sd_cuda_swiglu_rows
 #include "moe_route.h"    // sd_cuda_moe_select, sd_cuda_moe_route_select, the grouping
 #include "ops.h"          // sd_linear, sd_rmsnorm, sd_dot_f32, sd_mat_row_f32, activations (CPU)
 #include "philox.h"       // sd_uniform
@@ -1150,6 +1156,775 @@ static void run_synth_fill(const op_case *c) {
     sd_model_free(&m);
 }
 
+// ---------------------------------------------------------------------------- prefill: bf16 operands
+// The prefill's kernels (kernels/gemm.h, kda_prefill.h, mla_prefill.h, moe_prefill.h) are never
+// bitwise the token path; their own tolerances (the reasons, once):
+// TOL_BF16  one rounding to bf16 (nearest even) on the device side only — the staged GEMM
+//           activations, the flash's probabilities before P·V, a bf16 output: each value within
+//           2^-8 relative, so an elementwise output's NMSE < 2^-16 ≈ 1.5e-5; through a dot the errors
+//           average to ≈ 2e-6 for uniform values (every such case has >= 56 outputs, so the ratio of
+//           sums stays near its mean).
+// TOL_MMA   the same bf16 values on both sides, fp32 accumulation on the tensor cores in cuBLASLt's
+//           order (products exact, adds aligned and truncated: NMSE ≲ 1e-10 at K = 2304); 1e-8 stays
+//           far below one bf16 rounding of the activations (≈ 2e-6), so it sees how the device rounded.
+// TOL_CHUNK the chunked (WY) recurrence against both CPU forms: fp32 with fmaf and the fast __expf
+//           through a triangular solve a chunk, in another order; the two CPU forms agree to ≈ 3e-13
+//           on these inputs: 1e-9 leaves room, an indexing slip is O(1).
+#define TOL_BF16 2e-5
+#define TOL_MMA 1e-8
+#define TOL_CHUNK 1e-9
+
+static uint16_t *bf16_of(const float *x, size_t n) {
+    uint16_t *h = xmalloc(2 * n);
+    for (size_t i = 0; i < n; i++) h[i] = sd_f32_to_bf16(x[i]);
+    return h;
+}
+static float *widen_bf16(const uint16_t *h, size_t n) {
+    float *x = xmalloc(sizeof(float) * n);
+    for (size_t i = 0; i < n; i++) x[i] = sd_bf16_to_f32(h[i]);
+    return x;
+}
+// A guarded buffer of n bf16 values (n/2 words rounded up; h NULL: left as the sentinel).
+static gbuf gbuf_halves(const uint16_t *h, size_t n) {
+    gbuf g = gbuf_new((n + 1) / 2);
+    if (h && n) CU(cudaMemcpy(g.p, h, 2 * n, cudaMemcpyHostToDevice));
+    return g;
+}
+static uint16_t *read_halves(const gbuf *g, size_t n) { return gbuf_read(g, (n + 1) / 2); }
+// got (read_halves) holds want bit for bit, and the half past the n (n odd) is still the sentinel's.
+static void check_halves(const char *what, const uint16_t *got, const uint16_t *want, size_t n) {
+    const size_t nw = (n + 1) / 2;
+    uint32_t *w = xmalloc(4 * nw);
+    for (size_t i = 0; i < nw; i++) w[i] = SENTINEL;
+    if (n) memcpy(w, want, 2 * n);
+    same_bits(what, got, w, nw);
+    free(w);
+}
+static void same_halves(const char *what, const gbuf *g, const uint16_t *want, size_t n) {
+    uint16_t *got = read_halves(g, n);
+    check_halves(what, got, want, n);
+    free(got);
+}
+
+// shape: n, edges (1: the first entries are the values below). y bitwise vs sd_f32_to_bf16 (nearest
+// even on the bits: ties, overflow to ±inf, subnormals kept), except that a NaN is checked as a NaN
+// (its payload is the device's); nothing past the n halves written (n = 0: nothing at all).
+static void run_to_bf16(const op_case *c) {
+    static const uint32_t edges[] = {
+        0x3f808000u, 0x3f818000u, 0x3f808001u, 0xbf80ffffu, // ties to even (down, up), past a tie, negative
+        0x7f7fffffu, 0xff7f8000u, 0x7f800000u, 0xff800000u, // FLT_MAX and a tie below -FLT_MAX: to ±inf; ±inf
+        0x00000001u, 0x807fffffu, 0x00408000u, 0x00018000u, // subnormals: to 0, to the smallest normal, ties
+        0x80000000u, 0x00000000u,                           // ±0
+        0x7fc00000u, 0xffc00001u, 0x7f800001u, 0x7fffffffu, // NaNs (quiet, negative, signalling, all ones)
+    };
+    const size_t n = (size_t)c->shape[0], ne = c->shape[1] ? sizeof edges / sizeof *edges : 0;
+    float *x = rand_host(n, seed_of(0), 3.0f);
+    for (size_t i = 0; i < ne && i < n; i++) memcpy(&x[i], &edges[i], 4);
+    uint16_t *want = bf16_of(x, n);
+    gbuf dx = gbuf_of(x, n), dy = gbuf_halves(NULL, n);
+    OK(sd_cuda_to_bf16(dx.p, n, (uint16_t *)dy.p, 0, &st_));
+    uint16_t *got = read_halves(&dy, n);
+    for (size_t i = 0; i < n; i++)
+        if (isnan(x[i])) { // a NaN stays a NaN; then its bits are not compared
+            cr_assert((got[i] & 0x7fffu) > 0x7f80u, "%s: x[%zu] (NaN 0x%08x) gave 0x%04x, not a NaN", LABEL, i,
+                      ne > i ? edges[i] : 0u, got[i]);
+            got[i] = want[i];
+        }
+    check_halves("y", got, want, n);
+    gbuf_done(&dx, "x");
+    gbuf_done(&dy, "y");
+    free(x); free(want); free(got);
+}
+
+// ---------------------------------------------------------------------------- prefill: GEMM
+// The cuBLASLt wrapper (gemm.h) exports sd_gemm_*, which test_op_coverage does not list (its names
+// are not sd_cuda_); its cases name the launcher they check with it, sd_cuda_to_bf16.
+// shape: M, N, K, batch, op (SD_GEMM_WT, SD_GEMM_WN), xgap, ygap, beta. Problem b: W_b at b·(its size
+// + 8) elements (WT [N, K], WN [K, N], rows packed), X_b the columns b·(K + xgap) .. of rows
+// batch·(K + xgap) wide, Y_b likewise with N + ygap (the MLA absorptions' layout): Y = X·op(W) (+ Y0
+// with beta 1). One random weight held as F32 and as BF16 (the same bf16 values), f32 activations.
+// Each arm: Y vs float64 of X (F32: TOL_DOT; BF16: TOL_BF16, the staging's rounding) and, for BF16,
+// of X rounded to bf16 (TOL_MMA); Y outside the problems untouched. Then, each bitwise that Y through
+// the same plan (the plan count does not grow): the call again; the Linear form's wrapper (batch 1,
+// WT: sd_gemm_linear); for BF16 sd_cuda_to_bf16 of the staged layout (bitwise vs the host's
+// rounding) run as bf16 activations (sd_gemm_linear_bf16 for the Linear form, else sd_gemm_run).
+// Leading dimensions keep rows 16-byte aligned, as the prefill's do.
+static void run_gemm(const op_case *c) {
+    const int M = c->shape[0], N = c->shape[1], K = c->shape[2], B = c->shape[3] > 1 ? c->shape[3] : 1;
+    const sd_gemm_op op = (sd_gemm_op)c->shape[4];
+    const bool wt = op == SD_GEMM_WT, linear = wt && B == 1;
+    const float beta = (float)c->shape[7];
+    const int wrows = wt ? N : K, ldw = wt ? K : N, ldk = (K + 7) / 8 * 8;
+    const long long sw = (long long)wrows * ldw + 8, sx = K + c->shape[5], sy = N + c->shape[6];
+    const int ldx = B * (int)sx, ldy = B * (int)sy;
+    const size_t nw = (size_t)(B - 1) * sw + (size_t)wrows * ldw, nx = (size_t)M * ldx, ny = (size_t)M * ldy;
+    const size_t no = (size_t)B * M * N, ns = (size_t)B * M * ldk; // outputs (b, m, n); staged activations
+    float *w0 = rand_host(nw, seed_of(0), 1.7f / sqrtf((float)K));
+    uint16_t *w16 = bf16_of(w0, nw);
+    float *wf = widen_bf16(w16, nw), *x = rand_host(nx, seed_of(1), 1.0f), *y0 = rand_host(ny, seed_of(2), 0.5f);
+    float *ref = xmalloc(sizeof(float) * no), *ref16 = xmalloc(sizeof(float) * no);
+    uint16_t *x16 = bf16_of(x, nx);
+    float *xr = widen_bf16(x16, nx); // X rounded to bf16
+    for (int b = 0; b < B; b++)
+        for (int m = 0; m < M; m++)
+            for (int n = 0; n < N; n++) {
+                double a = 0, a16 = 0;
+                for (int k = 0; k < K; k++) {
+                    const double wv = wf[(size_t)b * sw + (wt ? (size_t)n * ldw + k : (size_t)k * ldw + n)];
+                    const size_t xi = (size_t)m * ldx + (size_t)b * sx + k;
+                    a += x[xi] * wv;
+                    a16 += xr[xi] * wv;
+                }
+                const double y = beta * (double)y0[(size_t)m * ldy + (size_t)b * sy + n];
+                ref[((size_t)b * M + m) * N + n] = (float)(y + a);
+                ref16[((size_t)b * M + m) * N + n] = (float)(y + a16);
+            }
+    // The staged layout of gemm.cu: problem b's row m at (b·M + m)·ldk, K values, then padding.
+    float *xs = rand_host(ns, seed_of(3), 1.0f); // the padding: any values (never read)
+    for (int b = 0; b < B; b++)
+        for (int m = 0; m < M; m++)
+            memcpy(xs + ((size_t)b * M + m) * ldk, x + (size_t)m * ldx + (size_t)b * sx, sizeof(float) * K);
+    uint16_t *xs16 = bf16_of(xs, ns);
+    sd_gemm *g;
+    OK(sd_gemm_create(&g, ns, &st_));
+    gbuf dx = gbuf_of(x, nx), dy = gbuf_new(ny), dxs = gbuf_of(xs, ns), dxb = gbuf_halves(NULL, ns);
+    static const char *again[3] = {"the same call again", "sd_gemm_linear", "bf16 activations from sd_cuda_to_bf16"};
+    for (int arm = 0; arm < 2; arm++) { // the F32 weight, then the BF16 one
+        const bool bf = arm == 1;
+        const char *wn = bf ? "bf16 weight" : "f32 weight";
+        gbuf dw = bf ? gbuf_halves(w16, nw) : gbuf_of(wf, nw);
+        const sd_gemm_args a = {.w = dw.p, .w_dtype = bf ? SD_DT_BF16 : SD_DT_F32, .ldw = ldw, .op = op, .x = dx.p,
+                                .x_dtype = SD_DT_F32, .ldx = ldx, .y = dy.p, .ldy = ldy, .M = M, .N = N, .K = K,
+                                .beta = beta, .batch = B, .stride_w = sw, .stride_x = sx, .stride_y = sy};
+        const sd_mat wm = {.dtype = a.w_dtype, .data = dw.p, .rows = N, .cols = K};
+        gbuf_put(&dy, y0, ny);
+        OK(sd_gemm_run(g, &a, 0, &st_));
+        const size_t plans = sd_gemm_plans(g);
+        float *got = gbuf_read(&dy, ny), *outs = xmalloc(sizeof(float) * no), *rest = copy_floats(y0, ny);
+        for (int b = 0; b < B; b++)
+            for (int m = 0; m < M; m++)
+                for (int n = 0; n < N; n++) {
+                    const size_t yi = (size_t)m * ldy + (size_t)b * sy + n;
+                    outs[((size_t)b * M + m) * N + n] = rest[yi] = got[yi];
+                }
+        same_bits(fmt("%s: Y outside the problems' columns untouched", wn), got, rest, ny);
+        if (bf) {
+            compare(c, "bf16 weight: Y vs float64 of the f32 activations (the staging's rounding)", outs, ref, no);
+            check_close(TOL_MMA, "bf16 weight: Y vs float64 of the activations rounded to bf16", outs, ref16, no);
+        } else {
+            check_close(TOL_DOT, "f32 weight: Y vs float64", outs, ref, no);
+        }
+        for (int v = 0; v < 3; v++) {
+            if ((v == 1 && !linear) || (v == 2 && !bf)) continue;
+            gbuf_put(&dy, y0, ny);
+            if (v == 0) OK(sd_gemm_run(g, &a, 0, &st_));
+            if (v == 1) OK(sd_gemm_linear(g, &wm, dx.p, ldx, M, dy.p, ldy, beta, 0, &st_));
+            if (v == 2) {
+                OK(sd_cuda_to_bf16(dxs.p, ns, (uint16_t *)dxb.p, 0, &st_));
+                same_halves("sd_cuda_to_bf16 of the staged activations", &dxb, xs16, ns);
+                sd_gemm_args ab = a;
+                ab.x = dxb.p;
+                ab.x_dtype = SD_DT_BF16;
+                ab.ldx = ldk;
+                ab.stride_x = (long long)M * ldk;
+                if (linear) OK(sd_gemm_linear_bf16(g, &wm, (const uint16_t *)dxb.p, ldk, M, dy.p, ldy, beta, 0, &st_));
+                else OK(sd_gemm_run(g, &ab, 0, &st_));
+            }
+            CU(cudaDeviceSynchronize());
+            cr_assert_eq(sd_gemm_plans(g), plans, "%s: %s: %s made a new plan", LABEL, wn, again[v]);
+            float *y = gbuf_read(&dy, ny);
+            same_bits(fmt("%s: %s vs the first call", wn, again[v]), y, got, ny);
+            free(y);
+        }
+        gbuf_done(&dw, "W");
+        free(got); free(outs); free(rest);
+    }
+    CU(cudaDeviceSynchronize()); // sd_gemm_free waits for nothing
+    sd_gemm_free(g);
+    gbuf *all[] = {&dx, &dy, &dxs, &dxb};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) gbuf_done(all[i], "gemm buffer");
+    free(w0); free(w16); free(wf); free(x); free(x16); free(xr); free(y0); free(ref); free(ref16); free(xs); free(xs16);
+}
+
+// ---------------------------------------------------------------------------- prefill: KDA
+typedef struct { float *qkvc, *gate, *beta, *ring; } kconv_out;
+
+// The kept raw rows of a piece of n tokens from t0 (sd_cuda_kda_prefill_ring: its last min(n, W−1))
+// into a host ring.
+static void ring_rows(float *ring, const float *qkv, int n_rows, int pos0, int t0, int n, int P, int W) {
+    const int keep = n < W - 1 ? n : W - 1;
+    for (int t = t0 + n - keep; t < t0 + n; t++)
+        memcpy(ring + (size_t)((pos0 + t) % n_rows) * 3 * P, qkv + (size_t)t * 3 * P, sizeof(float) * 3 * P);
+}
+
+// The conv (a) then the ring write (b) on the device, as the prefill launches them, over the pieces
+// [0, first) and [first, T) (first = T: one call); qkv read only.
+static kconv_out kconv_on_device(const conv_in *in, const float *qkv, const float *A_log, const float *dt_bias,
+                                 const float *gate, const float *beta, int ld_b, int first) {
+    const int H = in->H, d = in->d, W = in->W, T = in->T, P = H * d;
+    const size_t n3 = (size_t)T * 3 * P, nr = (size_t)in->n_rows * 3 * P, nP = (size_t)T * P, nb = (size_t)T * ld_b;
+    gbuf dq = gbuf_of(qkv, n3), ring = gbuf_of(in->ring, nr), dc = gbuf_new(n3), dg = gbuf_of(gate, nP), db = gbuf_of(beta, nb);
+    gbuf tq = gbuf_of(in->tq, (size_t)P * W), tk = gbuf_of(in->tk, (size_t)P * W), tv = gbuf_of(in->tv, (size_t)P * W);
+    gbuf al = gbuf_of(A_log, H), dtb = gbuf_of(dt_bias, P);
+    const int piece[2][2] = {{0, first}, {first, T - first}};
+    for (int i = 0; i < 2; i++) {
+        const int t0 = piece[i][0], n = piece[i][1];
+        if (n < 1) continue;
+        const size_t o3 = (size_t)t0 * 3 * P;
+        OK(sd_cuda_kda_prefill_conv(dq.p + o3, ring.p, in->n_rows, in->pos0 + t0, n, H, d, W, tq.p, tk.p, tv.p, al.p, dtb.p,
+                                    dg.p + (size_t)t0 * P, db.p + (size_t)t0 * ld_b, ld_b, dc.p + o3, 0, &st_));
+        OK(sd_cuda_kda_prefill_ring(dq.p + o3, ring.p, in->n_rows, in->pos0 + t0, n, P, W, 0, &st_));
+    }
+    kconv_out o = {gbuf_read(&dc, n3), gbuf_read(&dg, nP), gbuf_read(&db, nb), gbuf_read(&ring, nr)};
+    float *q_back = gbuf_read(&dq, n3);
+    same_bits("qkv untouched", q_back, qkv, n3);
+    free(q_back);
+    gbuf *all[] = {&dq, &ring, &dc, &dg, &db, &tq, &tk, &tv, &al, &dtb};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) gbuf_done(all[i], "conv buffer");
+    return o;
+}
+static void kconv_out_free(kconv_out *o) { free(o->qkvc); free(o->gate); free(o->beta); free(o->ring); }
+
+// shape: H, d, W, T, pos0, n_rows, split, bpad. The conv then the ring write over T tokens at
+// pos0 .. (the prefill's order: the history read before it is overwritten), qkv raw (T, 3P) rows, the
+// ring holding earlier positions' rows: qkvc vs the conv twin above; the gate and β in place vs
+// −exp(A_log)·softplus(gate + dt_bias) and sigmoid (TOL_ELEM); β's padding (ld_b = H + bpad) and the
+// ring bitwise (the last min(T, W−1) raw rows at their positions, every other row as it was). With
+// split: the same tokens as two pieces, split then T − split (the second's history from the first's
+// ring rows), ≡ the one call, bitwise — a piece boundary changes nothing.
+static void run_kda_prefill_conv(const op_case *c) {
+    conv_in in = {.H = c->shape[0], .d = c->shape[1], .W = c->shape[2], .T = c->shape[3], .pos0 = c->shape[4],
+                  .n_rows = c->shape[5]};
+    const int H = in.H, d = in.d, W = in.W, T = in.T, P = H * d, split = c->shape[6], ld_b = H + c->shape[7];
+    cr_assert(in.n_rows >= 1 && in.n_rows >= W - 1 && split < T, "%s: a ring of W − 1 rows at least", LABEL);
+    const size_t n3 = (size_t)T * 3 * P, nr = (size_t)in.n_rows * 3 * P, nP = (size_t)T * P, nb = (size_t)T * ld_b;
+    float *qkv = rand_host(n3, seed_of(0), 1.0f);
+    in.ring = rand_host(nr, seed_of(1), 1.0f);
+    in.tq = rand_host((size_t)P * W, seed_of(2), 1.0f / sqrtf((float)W));
+    in.tk = rand_host((size_t)P * W, seed_of(3), 1.0f / sqrtf((float)W));
+    in.tv = rand_host((size_t)P * W, seed_of(4), 1.0f / sqrtf((float)W));
+    float *A_log = rand_in(H, seed_of(5), 0.0f, 1.0f), *dt_bias = rand_in(P, seed_of(6), -3.0f, -1.0f);
+    float *gate = rand_host(nP, seed_of(7), 1.0f), *beta = rand_host(nb, seed_of(8), 2.0f);
+    in.q = xmalloc(sizeof(float) * nP);
+    in.k = xmalloc(sizeof(float) * nP);
+    in.v = xmalloc(sizeof(float) * nP);
+    float *out[3] = {xmalloc(sizeof(float) * nP), xmalloc(sizeof(float) * nP), xmalloc(sizeof(float) * nP)};
+    float *fresh[3] = {in.q, in.k, in.v};
+    for (int t = 0; t < T; t++)
+        for (int which = 0; which < 3; which++)
+            memcpy(fresh[which] + (size_t)t * P, qkv + (size_t)t * 3 * P + (size_t)which * P, sizeof(float) * P);
+    conv_twin(&in, out[0], out[1], out[2]);
+    float *ref_c = xmalloc(sizeof(float) * n3), *ref_g = xmalloc(sizeof(float) * nP), *ref_r = copy_floats(in.ring, nr);
+    for (int t = 0; t < T; t++)
+        for (int which = 0; which < 3; which++)
+            memcpy(ref_c + (size_t)t * 3 * P + (size_t)which * P, out[which] + (size_t)t * P, sizeof(float) * P);
+    for (size_t i = 0; i < nP; i++) {
+        const int ch = (int)(i % P);
+        ref_g[i] = -expf(A_log[ch / d]) * sd_softplus(gate[i] + dt_bias[ch]);
+    }
+    ring_rows(ref_r, qkv, in.n_rows, in.pos0, 0, T, P, W);
+    float *ref_b = xmalloc(sizeof(float) * T * H), *got_b = xmalloc(sizeof(float) * T * H);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < H; h++) ref_b[t * H + h] = sd_sigmoid(beta[(size_t)t * ld_b + h]);
+    kconv_out all = kconv_on_device(&in, qkv, A_log, dt_bias, gate, beta, ld_b, T);
+    compare(c, "qkvc (conv, silu, q and k unit per head)", all.qkvc, ref_c, n3);
+    compare(c, "gate (the log decay)", all.gate, ref_g, nP);
+    float *b_rest = copy_floats(beta, nb);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < H; h++) got_b[t * H + h] = b_rest[(size_t)t * ld_b + h] = all.beta[(size_t)t * ld_b + h];
+    compare(c, "beta (sigmoid)", got_b, ref_b, (size_t)T * H);
+    same_bits("beta's padding columns untouched", all.beta, b_rest, nb);
+    same_bits("ring rows", all.ring, ref_r, nr);
+    if (split) {
+        kconv_out two = kconv_on_device(&in, qkv, A_log, dt_bias, gate, beta, ld_b, split);
+        float *ref_r2 = copy_floats(in.ring, nr);
+        ring_rows(ref_r2, qkv, in.n_rows, in.pos0, 0, split, P, W);
+        ring_rows(ref_r2, qkv, in.n_rows, in.pos0, split, T - split, P, W);
+        same_bits(fmt("qkvc: pieces of %d and %d vs one call", split, T - split), two.qkvc, all.qkvc, n3);
+        same_bits("gate: two pieces vs one call", two.gate, all.gate, nP);
+        same_bits("beta: two pieces vs one call", two.beta, all.beta, nb);
+        same_bits("ring rows after two pieces", two.ring, ref_r2, nr);
+        kconv_out_free(&two);
+        free(ref_r2);
+    }
+    kconv_out_free(&all);
+    for (int i = 0; i < 3; i++) free(out[i]);
+    free(qkv); free(in.ring); free(in.tq); free(in.tk); free(in.tv); free(in.q); free(in.k); free(in.v);
+    free(A_log); free(dt_bias); free(gate); free(beta); free(ref_c); free(ref_g); free(ref_r); free(ref_b); free(got_b);
+    free(b_rest);
+}
+
+// shape: H, d, T, ypad (ld_y = P + ypad), weak (log decays g in [-0.05, -1e-4): long memory; else
+// [-1, -1e-3)). Inputs as the prefill lays them out: q, k, v the conv's rows (ld 3P; q, k unit per
+// head), g (ld P), β post-sigmoid (ld_b = H rounded up to 4, the padding junk). y and the state vs
+// the CPU's chunked form (sd_kda_chunk_head) and the token recurrence (sd_kda_step), TOL_CHUNK; y's
+// padding and S_in (out of place) untouched; then in place (S_out = S_in) ≡ out of place, bitwise.
+static void run_kda_chunk(const op_case *c) {
+    const int H = c->shape[0], d = c->shape[1], T = c->shape[2], weak = c->shape[4], P = H * d;
+    const int ld_y = P + c->shape[3], ld_b = (H + 3) / 4 * 4;
+    const size_t n3 = (size_t)T * 3 * P, nP = (size_t)T * P, nS = (size_t)H * d * d, ny = (size_t)T * ld_y;
+    float *qkv = rand_host(n3, seed_of(0), 1.0f);
+    for (int t = 0; t < T; t++) unit_heads(qkv + (size_t)t * 3 * P, 2, H, d); // the row's q heads, then its k heads
+    float *g = rand_in(nP, seed_of(1), weak ? -0.05f : -1.0f, weak ? -1e-4f : -1e-3f);
+    float *beta = rand_in((size_t)T * ld_b, seed_of(2), 0.05f, 0.95f), *S0 = rand_host(nS, seed_of(3), 0.2f);
+    // The CPU forms, q, k, v in rows of P.
+    float *qkv_cpu[3] = {xmalloc(sizeof(float) * nP), xmalloc(sizeof(float) * nP), xmalloc(sizeof(float) * nP)};
+    for (int t = 0; t < T; t++)
+        for (int which = 0; which < 3; which++)
+            memcpy(qkv_cpu[which] + (size_t)t * P, qkv + (size_t)t * 3 * P + (size_t)which * P, sizeof(float) * P);
+    const float *q = qkv_cpu[0], *k = qkv_cpu[1], *v = qkv_cpu[2];
+    float *y_chunk = xmalloc(sizeof(float) * nP), *y_tok = xmalloc(sizeof(float) * nP), *S_chunk = copy_floats(S0, nS);
+    float *S_tok = xmalloc(sizeof(float) * nS), *Sa = xmalloc(sizeof(float) * d * d), *Sb = xmalloc(sizeof(float) * d * d);
+    float *work = xmalloc(sizeof(float) * sd_kda_chunk_work_floats(d, SD_KDA_CHUNK));
+    for (int h = 0; h < H; h++) {
+        const size_t o = (size_t)h * d;
+        sd_kda_chunk_head(S_chunk + o * d, q + o, k + o, v + o, g + o, beta + h, T, d, SD_KDA_CHUNK, P, ld_b, y_chunk + o, work);
+        memcpy(Sa, S0 + o * d, sizeof(float) * d * d);
+        for (int t = 0; t < T; t++) {
+            const size_t r = (size_t)t * P + o;
+            sd_kda_step(Sa, Sb, q + r, k + r, v + r, g + r, beta[(size_t)t * ld_b + h], d, y_tok + r);
+            float *tmp = Sa; Sa = Sb; Sb = tmp;
+        }
+        memcpy(S_tok + o * d, Sa, sizeof(float) * d * d);
+    }
+    float *got_y[2], *got_S[2];
+    for (int in_place = 0; in_place < 2; in_place++) {
+        gbuf dq = gbuf_of(qkv, n3), dg = gbuf_of(g, nP), db = gbuf_of(beta, (size_t)T * ld_b), dS = gbuf_of(S0, nS);
+        gbuf dSo = gbuf_new(nS), dy = gbuf_new(ny), dw = gbuf_new(sd_cuda_kda_chunk_work_floats(T, H, d));
+        float *S_out = in_place ? dS.p : dSo.p;
+        OK(sd_cuda_kda_chunk(dq.p, dq.p + P, dq.p + 2 * P, 3 * P, dg.p, P, db.p, ld_b, T, H, d, dS.p, S_out, dy.p, ld_y, dw.p, 0,
+                             &st_));
+        uint32_t *yw = gbuf_read(&dy, ny), *y_rest = xmalloc(4 * ny);
+        got_y[in_place] = xmalloc(sizeof(float) * nP);
+        for (size_t i = 0; i < ny; i++) y_rest[i] = SENTINEL;
+        for (int t = 0; t < T; t++) {
+            memcpy(got_y[in_place] + (size_t)t * P, yw + (size_t)t * ld_y, sizeof(float) * P);
+            memcpy(y_rest + (size_t)t * ld_y, yw + (size_t)t * ld_y, sizeof(float) * P);
+        }
+        same_bits("y's padding columns untouched", yw, y_rest, ny);
+        got_S[in_place] = gbuf_read(in_place ? &dS : &dSo, nS);
+        if (!in_place) {
+            compare(c, "y vs the CPU chunked form", got_y[0], y_chunk, nP);
+            compare(c, "y vs the token recurrence", got_y[0], y_tok, nP);
+            compare(c, "state vs the CPU chunked form", got_S[0], S_chunk, nS);
+            compare(c, "state vs the token recurrence", got_S[0], S_tok, nS);
+            float *S_in = gbuf_read(&dS, nS);
+            same_bits("S_in untouched (out of place)", S_in, S0, nS);
+            free(S_in);
+        }
+        gbuf *all[] = {&dq, &dg, &db, &dS, &dSo, &dy, &dw};
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++) gbuf_done(all[i], "chunk buffer");
+        free(yw); free(y_rest);
+    }
+    same_bits("y: in place vs out of place", got_y[1], got_y[0], nP);
+    same_bits("state: in place vs out of place", got_S[1], got_S[0], nS);
+    for (int i = 0; i < 3; i++) free(qkv_cpu[i]);
+    for (int i = 0; i < 2; i++) { free(got_y[i]); free(got_S[i]); }
+    free(qkv); free(g); free(beta); free(S0); free(y_chunk); free(y_tok); free(S_chunk); free(S_tok); free(Sa); free(Sb);
+    free(work);
+}
+
+// shape: T, H, d. Both outputs: f32 vs sd_rmsnorm per head ⊙ sd_sigmoid(gb) (TOL_ELEM); bf16 the
+// f32 output rounded, bitwise (one kernel and expression, the store apart), and vs the CPU
+// (TOL_BF16); y, gb untouched.
+static void run_kda_prefill_out(const op_case *c) {
+    const int T = c->shape[0], H = c->shape[1], d = c->shape[2];
+    const size_t nY = (size_t)T * H * d;
+    const float eps = 1e-5f;
+    float *y = rand_host(nY, seed_of(0), 1.0f), *gb = rand_host(nY, seed_of(1), 2.0f), *w = rand_in(d, seed_of(2), 0.5f, 1.5f);
+    float *ref = xmalloc(sizeof(float) * nY);
+    for (size_t o = 0; o < nY; o += d) {
+        sd_rmsnorm(y + o, w, d, eps, ref + o);
+        for (int j = 0; j < d; j++) ref[o + j] *= sd_sigmoid(gb[o + j]);
+    }
+    gbuf dy = gbuf_of(y, nY), dgb = gbuf_of(gb, nY), dw = gbuf_of(w, d), o32 = gbuf_new(nY), o16 = gbuf_halves(NULL, nY);
+    OK(sd_cuda_kda_prefill_out(dy.p, dgb.p, dw.p, eps, T, H, d, o32.p, false, 0, &st_));
+    OK(sd_cuda_kda_prefill_out(dy.p, dgb.p, dw.p, eps, T, H, d, o16.p, true, 0, &st_));
+    float *got = gbuf_read(&o32, nY), *y_back = gbuf_read(&dy, nY), *gb_back = gbuf_read(&dgb, nY);
+    compare(c, "out (f32)", got, ref, nY);
+    uint16_t *want16 = bf16_of(got, nY), *got16 = read_halves(&o16, nY);
+    check_halves("out (bf16): the f32 output rounded", got16, want16, nY);
+    float *wide = widen_bf16(got16, nY);
+    check_close(TOL_BF16, "out (bf16) vs the CPU", wide, ref, nY);
+    same_bits("y untouched", y_back, y, nY);
+    same_bits("gb untouched", gb_back, gb, nY);
+    gbuf *all[] = {&dy, &dgb, &dw, &o32, &o16};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) gbuf_done(all[i], "out buffer");
+    free(y); free(gb); free(w); free(ref); free(got); free(y_back); free(gb_back); free(want16); free(got16); free(wide);
+}
+
+// ---------------------------------------------------------------------------- prefill: MLA
+// shape: T, Hm, dn, dr, R, pos0, rope, shared (the prefill's layout: kv inside the query rows at
+// Hm·(dn+dr), one row stride for both; else two buffers). Cache rows pos0 .. pos0+T−1: c vs sd_rmsnorm
+// (TOL_ELEM) and bitwise sd_cuda_rmsnorm of the same rows (mla_prefill.h: the decode path's norm); kpe
+// the rope key, with rope rotated vs the twin above (TOL_ELEM; an odd dr's last entry has no pair and
+// is copied, as engine/cpu/mla.c and kernels/mla.cu do), else copied (bitwise); with rope every head's
+// rope part of mq rotated in place (TOL_ELEM); every other value of mq, kv and the cache as it was.
+static void run_mla_prefill_cache(const op_case *c) {
+    const int T = c->shape[0], Hm = c->shape[1], dn = c->shape[2], dr = c->shape[3], R = c->shape[4], pos0 = c->shape[5];
+    const bool rope = c->shape[6] != 0, shared = c->shape[7] != 0;
+    const int qw = dn + dr, Nq = Hm * qw, cap = pos0 + T + 1; // one cache row past the call's
+    const int ld_mq = shared ? Nq + R + dr + 3 : Nq + 5, ld_kv = shared ? ld_mq : R + dr + 2;
+    const size_t nm = (size_t)T * ld_mq, nkv = (size_t)T * ld_kv, nc = (size_t)cap * R, nk = (size_t)cap * dr;
+    const double theta = 50000.0;
+    const float eps = 1e-5f;
+    float *mq = rand_host(nm, seed_of(0), 1.0f), *kvs = shared ? NULL : rand_host(nkv, seed_of(1), 1.0f);
+    const float *kv = shared ? mq + Nq : kvs;
+    float *kvn = rand_in(R, seed_of(2), 0.5f, 1.5f), *cc = rand_host(nc, seed_of(3), 1.0f), *kpe = rand_host(nk, seed_of(4), 1.0f);
+    float *ref_c = copy_floats(cc, nc), *ref_k = copy_floats(kpe, nk), *ref_m = copy_floats(mq, nm);
+    for (int t = 0; t < T; t++) {
+        const int pos = pos0 + t;
+        const float *kvt = kv + (size_t)t * ld_kv;
+        sd_rmsnorm(kvt, kvn, R, eps, ref_c + (size_t)pos * R);
+        memcpy(ref_k + (size_t)pos * dr, kvt + R, sizeof(float) * dr);
+        if (!rope) continue;
+        rope_twin(ref_k + (size_t)pos * dr, dr, pos, theta);
+        for (int h = 0; h < Hm; h++) rope_twin(ref_m + (size_t)t * ld_mq + (size_t)h * qw + dn, dr, pos, theta);
+    }
+    gbuf dm = gbuf_of(mq, nm), dkv = shared ? dm : gbuf_of(kvs, nkv), dnw = gbuf_of(kvn, R), dc = gbuf_of(cc, nc);
+    gbuf dk = gbuf_of(kpe, nk), dnorm = gbuf_new((size_t)T * R);
+    const float *kv_dev = shared ? dm.p + Nq : dkv.p;
+    OK(sd_cuda_mla_prefill_cache(kv_dev, ld_kv, dnw.p, eps, rope, theta, pos0, T, Hm, dn, dr, R, dm.p, ld_mq, dc.p, dk.p, 0,
+                                 &st_));
+    for (int t = 0; t < T; t++) // the decode path's norm of the same rows (the cache write leaves them as they were)
+        OK(sd_cuda_rmsnorm(kv_dev + (size_t)t * ld_kv, dnw.p, 1, R, eps, dnorm.p + (size_t)t * R, 0, &st_));
+    float *got_m = gbuf_read(&dm, nm), *got_c = gbuf_read(&dc, nc), *got_k = gbuf_read(&dk, nk);
+    float *norm = gbuf_read(&dnorm, (size_t)T * R);
+    const size_t c0 = (size_t)pos0 * R, k0 = (size_t)pos0 * dr;
+    compare(c, "latent rows c of the call", got_c + c0, ref_c + c0, (size_t)T * R);
+    same_bits("latent rows: bitwise sd_cuda_rmsnorm's", got_c + c0, norm, (size_t)T * R);
+    float *c_rest = copy_floats(cc, nc);
+    memcpy(c_rest + c0, got_c + c0, sizeof(float) * T * R);
+    same_bits("latent rows outside the call untouched", got_c, c_rest, nc);
+    if (rope) {
+        compare(c, "rope key rows of the call (rotated)", got_k + k0, ref_k + k0, (size_t)T * dr);
+        float *k_rest = copy_floats(kpe, nk), *rot = xmalloc(sizeof(float) * T * Hm * dr), *rot_ref = xmalloc(sizeof(float) * T * Hm * dr);
+        float *m_rest = copy_floats(mq, nm);
+        memcpy(k_rest + k0, got_k + k0, sizeof(float) * T * dr);
+        same_bits("rope key rows outside the call untouched", got_k, k_rest, nk);
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < Hm; h++) {
+                const size_t o = (size_t)t * ld_mq + (size_t)h * qw + dn, r = ((size_t)t * Hm + h) * dr;
+                memcpy(rot + r, got_m + o, sizeof(float) * dr);
+                memcpy(rot_ref + r, ref_m + o, sizeof(float) * dr);
+                memcpy(m_rest + o, got_m + o, sizeof(float) * dr);
+            }
+        compare(c, "queries' rope parts (rotated in place)", rot, rot_ref, (size_t)T * Hm * dr);
+        same_bits(shared ? "query rows outside the rope parts (the kv columns too) untouched"
+                         : "query rows outside the rope parts untouched", got_m, m_rest, nm);
+        free(k_rest); free(rot); free(rot_ref); free(m_rest);
+    } else {
+        same_bits("rope key cache (the call's rows copied)", got_k, ref_k, nk);
+        same_bits("query rows untouched without RoPE", got_m, mq, nm);
+    }
+    if (!shared) {
+        float *kv_back = gbuf_read(&dkv, nkv);
+        same_bits("kv untouched", kv_back, kvs, nkv);
+        free(kv_back);
+        gbuf_done(&dkv, "kv");
+    }
+    gbuf *all[] = {&dm, &dnw, &dc, &dk, &dnorm};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) gbuf_done(all[i], "cache buffer");
+    free(mq); free(kvs); free(kvn); free(cc); free(kpe); free(ref_c); free(ref_k); free(ref_m);
+    free(got_m); free(got_c); free(got_k); free(norm); free(c_rest);
+}
+
+// shape: T, Hm, dn, dr, R, pos0, mqpad. The keys of pos0 + T cache rows and the T·Hm queries (q̃ from
+// qabs, the rope part from mq rows of Hm·(dn+dr) + mqpad) packed to sd_mla_packed_width (R + dr up to
+// a multiple of 16): bitwise vs the host's rounding, zeros past R + dr, nothing past the rows.
+static void run_mla_pack(const op_case *c) {
+    const int T = c->shape[0], Hm = c->shape[1], dn = c->shape[2], dr = c->shape[3], R = c->shape[4], pos0 = c->shape[5];
+    const int ld_mq = Hm * (dn + dr) + c->shape[6], W = sd_mla_packed_width(R, dr), n = pos0 + T, nq = T * Hm;
+    cr_assert_eq(W, (R + dr + 15) / 16 * 16, "%s: packed width %d", LABEL, W);
+    float *cc = rand_host((size_t)n * R, seed_of(0), 1.0f), *kpe = rand_host((size_t)n * dr, seed_of(1), 1.0f);
+    float *qabs = rand_host((size_t)nq * R, seed_of(2), 3.0f), *mq = rand_host((size_t)T * ld_mq, seed_of(3), 1.0f);
+    uint16_t *wk = xmalloc(2 * (size_t)n * W), *wq = xmalloc(2 * (size_t)nq * W);
+    for (int j = 0; j < n; j++)
+        for (int col = 0; col < W; col++)
+            wk[(size_t)j * W + col] = sd_f32_to_bf16(col < R ? cc[(size_t)j * R + col] : col < R + dr ? kpe[(size_t)j * dr + col - R] : 0.0f);
+    for (int r = 0; r < nq; r++) {
+        const float *rope_part = mq + (size_t)(r / Hm) * ld_mq + (size_t)(r % Hm) * (dn + dr) + dn;
+        for (int col = 0; col < W; col++)
+            wq[(size_t)r * W + col] = sd_f32_to_bf16(col < R ? qabs[(size_t)r * R + col] : col < R + dr ? rope_part[col - R] : 0.0f);
+    }
+    gbuf dc = gbuf_of(cc, (size_t)n * R), dkpe = gbuf_of(kpe, (size_t)n * dr), dqa = gbuf_of(qabs, (size_t)nq * R);
+    gbuf dmq = gbuf_of(mq, (size_t)T * ld_mq), dkp = gbuf_halves(NULL, (size_t)n * W), dqp = gbuf_halves(NULL, (size_t)nq * W);
+    OK(sd_cuda_mla_pack_keys(dc.p, dkpe.p, n, R, dr, (uint16_t *)dkp.p, 0, &st_));
+    OK(sd_cuda_mla_pack_queries(dqa.p, dmq.p, ld_mq, T, Hm, dn, dr, R, (uint16_t *)dqp.p, 0, &st_));
+    same_halves(fmt("packed keys (%d rows of %d)", n, W), &dkp, wk, (size_t)n * W);
+    same_halves(fmt("packed queries (%d rows of %d)", nq, W), &dqp, wq, (size_t)nq * W);
+    gbuf *all[] = {&dc, &dkpe, &dqa, &dmq, &dkp, &dqp};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) gbuf_done(all[i], "pack buffer");
+    free(cc); free(kpe); free(qabs); free(mq); free(wk); free(wq);
+}
+
+// shape: T, Hm, R, dr, pos0, dn (the scale (dn + dr)^-½). Packed bf16 rows of random values (zeros
+// past R + dr, as the packing leaves them), 64 rows of NaN past the last key and the last query,
+// which the kernel must never read: lat vs the float64 causal softmax over the same bf16 values
+// (TOL_BF16: the probabilities enter P·V rounded to bf16); the same call again, the same bits.
+static void run_mla_flash(const op_case *c) {
+    const int T = c->shape[0], Hm = c->shape[1], R = c->shape[2], dr = c->shape[3], pos0 = c->shape[4], dn = c->shape[5];
+    const int W = sd_mla_packed_width(R, dr), nq = T * Hm, nk = pos0 + T, junk = 64;
+    const float scale = 1.0f / sqrtf((float)(dn + dr));
+    const size_t aq = (size_t)(nq + junk) * W, ak = (size_t)(nk + junk) * W, nl = (size_t)nq * R;
+    float *qf = rand_host(aq, seed_of(0), 1.0f), *kf = rand_host(ak, seed_of(1), 1.0f);
+    uint16_t *qb = xmalloc(2 * aq), *kb = xmalloc(2 * ak);
+    for (size_t i = 0; i < aq; i++) qb[i] = i >= (size_t)nq * W ? 0x7fc0u : (int)(i % W) < R + dr ? sd_f32_to_bf16(qf[i]) : 0;
+    for (size_t i = 0; i < ak; i++) kb[i] = i >= (size_t)nk * W ? 0x7fc0u : (int)(i % W) < R + dr ? sd_f32_to_bf16(kf[i]) : 0;
+    float *ref = xmalloc(sizeof(float) * nl);
+    double *p = xmalloc(sizeof(double) * nk), *acc = xmalloc(sizeof(double) * R);
+    for (int r = 0; r < nq; r++) {
+        const int lim = pos0 + r / Hm;
+        double mx = -INFINITY, sum = 0;
+        for (int j = 0; j <= lim; j++) {
+            double s = 0;
+            for (int i = 0; i < R + dr; i++) s += (double)sd_bf16_to_f32(qb[(size_t)r * W + i]) * sd_bf16_to_f32(kb[(size_t)j * W + i]);
+            p[j] = s * scale;
+            if (p[j] > mx) mx = p[j];
+        }
+        for (int v = 0; v < R; v++) acc[v] = 0;
+        for (int j = 0; j <= lim; j++) {
+            p[j] = exp(p[j] - mx);
+            sum += p[j];
+            for (int v = 0; v < R; v++) acc[v] += p[j] * sd_bf16_to_f32(kb[(size_t)j * W + v]);
+        }
+        for (int v = 0; v < R; v++) ref[(size_t)r * R + v] = (float)(acc[v] / sum);
+    }
+    gbuf dq = gbuf_halves(qb, aq), dk = gbuf_halves(kb, ak), dl = gbuf_new(nl);
+    OK(sd_cuda_mla_flash((const uint16_t *)dq.p, (const uint16_t *)dk.p, T, Hm, R, dr, pos0, scale, dl.p, 0, &st_));
+    float *got = gbuf_read(&dl, nl);
+    compare(c, "lat", got, ref, nl);
+    OK(sd_cuda_mla_flash((const uint16_t *)dq.p, (const uint16_t *)dk.p, T, Hm, R, dr, pos0, scale, dl.p, 0, &st_));
+    float *again = gbuf_read(&dl, nl);
+    same_bits("lat: the same call again", again, got, nl);
+    gbuf_done(&dq, "packed queries");
+    gbuf_done(&dk, "packed keys");
+    gbuf_done(&dl, "lat");
+    free(qf); free(kf); free(qb); free(kb); free(ref); free(p); free(acc); free(got); free(again);
+}
+
+// ---------------------------------------------------------------------------- prefill: MoE
+static int by_value(const void *a, const void *b) {
+    const float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+// The smallest difference between any two of v[0..n) (sorts v).
+static double min_gap(float *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, by_value);
+    double gap = INFINITY;
+    for (int i = 1; i < n; i++) gap = fmin(gap, (double)v[i] - v[i - 1]);
+    return gap;
+}
+// Whether the CPU's routing of one token's logits is clear: its biased scores s' (sd_moe_route's)
+// and, with groups, the groups' top-2 sums pairwise at least 4e-6 apart — beyond the couple of ulps
+// (≤ 2.4e-7 in s, twice that in a sum) the device's expf may move them — so the device must pick the
+// CPU's experts in the CPU's order.
+static bool route_is_clear(const float *logit, const float *bias, int E, int G) {
+    float *sp = xmalloc(sizeof(float) * E), *sorted = xmalloc(sizeof(float) * E), *gs = xmalloc(sizeof(float) * G);
+    for (int e = 0; e < E; e++) sorted[e] = sp[e] = sd_sigmoid(logit[e]) + bias[e];
+    bool clear = min_gap(sorted, E) >= 4e-6;
+    if (G > 1) {
+        const int per = E / G;
+        for (int g = 0; g < G; g++) {
+            const float *v = sp + g * per;
+            float top = v[0] > v[1] ? v[0] : v[1], second = v[0] > v[1] ? v[1] : v[0];
+            for (int i = 2; i < per; i++) {
+                if (v[i] > top) { second = top; top = v[i]; }
+                else if (v[i] > second) second = v[i];
+            }
+            gs[g] = top + second;
+        }
+        clear = clear && min_gap(gs, G) >= 4e-6;
+    }
+    free(sp); free(sorted); free(gs);
+    return clear;
+}
+
+// shape: E, K, G, topk_group, T, tie, plain (no renormalisation, scaling 1). sel bitwise and w
+// (TOL_ELEM: the device's expf in the sigmoid) vs sd_moe_route of the same logits (an identity
+// router: each score is its logit exactly), every token's routing clear (route_is_clear; a token is
+// drawn again until it is). With tie (G = 1, bias 0) each token puts K−1 experts at one logit and two
+// more at a lower one, across the K-th place — equal inputs, equal scores on both sides, so the lower
+// index must win — and the rest far below.
+static void run_moe_prefill_select(const op_case *c) {
+    const int E = c->shape[0], K = c->shape[1], G = c->shape[2], topk = c->shape[3], T = c->shape[4], tie = c->shape[5];
+    const bool renorm = c->shape[6] == 0;
+    const float scaling = renorm ? 2.446f : 1.0f;
+    sd_config cfg = {.hidden_size = E, .num_experts = E, .num_experts_per_token = K, .num_expert_group = G,
+                     .topk_group = topk, .moe_renormalize = renorm, .routed_scaling_factor = scaling};
+    float *bias = rand_host(E, seed_of(0), 0.1f), *logits = xmalloc(sizeof(float) * T * E);
+    int *perm = xmalloc(sizeof(int) * E);
+    if (tie) {
+        cr_assert(G == 1 && E > K, "%s: ties need one group and E > K", LABEL);
+        memset(bias, 0, sizeof(float) * E);
+    }
+    uint64_t r = seed_of(1);
+    for (int t = 0; t < T; t++) {
+        float *l = logits + (size_t)t * E;
+        for (int attempt = 0;; attempt++) {
+            cr_assert(attempt < 10000, "%s: token %d: no clear routing drawn", LABEL, t);
+            float *f = rand_host(E, seed_of(2 + t + T * attempt), tie ? 2.0f : 2.5f);
+            memcpy(l, f, sizeof(float) * E);
+            free(f);
+            if (tie || route_is_clear(l, bias, E, G)) break;
+        }
+        if (!tie) continue;
+        for (int e = 0; e < E; e++) perm[e] = e;
+        for (int j = 0; j <= K; j++) { // K + 1 distinct experts in a random order
+            const int i = j + rng_int(&r, E - j), s = perm[i];
+            perm[i] = perm[j];
+            perm[j] = s;
+        }
+        for (int j = 0; j < K - 1; j++) l[perm[j]] = 6.0f;
+        l[perm[K - 1]] = l[perm[K]] = 5.0f;
+    }
+    float *eye = calloc((size_t)E * E, sizeof(float));
+    for (int e = 0; e < E; e++) eye[(size_t)e * E + e] = 1.0f;
+    const sd_moe_weights mw = {.router = eye, .bias = bias};
+    int *sel = xmalloc(sizeof(int) * T * K);
+    float *w = xmalloc(sizeof(float) * T * K);
+    for (int t = 0; t < T; t++) sd_moe_route(&mw, &cfg, logits + (size_t)t * E, sel + t * K, w + t * K);
+    gbuf dl = gbuf_of(logits, (size_t)T * E), db = gbuf_of(bias, E), dsel = gbuf_new((size_t)T * K), dw = gbuf_new((size_t)T * K);
+    OK(sd_cuda_moe_prefill_select(dl.p, db.p, T, E, K, G, topk, renorm, scaling, IP(dsel), dw.p, 0, &st_));
+    int *got_sel = gbuf_read(&dsel, (size_t)T * K);
+    float *got_w = gbuf_read(&dw, (size_t)T * K);
+    same_bits("sel", got_sel, sel, (size_t)T * K);
+    compare(c, "w", got_w, w, (size_t)T * K);
+    gbuf *all[] = {&dl, &db, &dsel, &dw};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) gbuf_done(all[i], "select buffer");
+    free(bias); free(logits); free(perm); free(eye); free(sel); free(w); free(got_sel); free(got_w);
+}
+
+// K distinct experts of E for each of T tokens, in a random order.
+static int *random_sel(int T, int K, int E, uint64_t seed) {
+    int *sel = xmalloc(sizeof(int) * T * K), *perm = xmalloc(sizeof(int) * E);
+    uint64_t r = seed;
+    for (int t = 0; t < T; t++) {
+        for (int e = 0; e < E; e++) perm[e] = e;
+        for (int j = 0; j < K; j++) {
+            const int i = j + rng_int(&r, E - j), s = perm[i];
+            perm[i] = perm[j];
+            perm[j] = s;
+            sel[t * K + j] = s;
+        }
+    }
+    free(perm);
+    return sel;
+}
+
+// shape: E, K, T. sel: K distinct experts a token, at random (so some experts have none). counts vs
+// the host's count; then, the offsets their exclusive prefix sum, row_tok and inv vs the grouping
+// of sd_cuda_moe_groups_host (experts ascending, each expert's entries in (token, slot) order — the
+// decode path's): entry p of it is row p. All bitwise.
+static void run_moe_prefill_group(const op_case *c) {
+    const int E = c->shape[0], K = c->shape[1], T = c->shape[2], n = T * K, gc = n < E ? n : E;
+    int *sel = random_sel(T, K, E, seed_of(0)), *counts = calloc((size_t)E, sizeof(int)), *offsets = xmalloc(sizeof(int) * E);
+    for (int i = 0; i < n; i++) counts[sel[i]]++;
+    for (int e = 0, acc = 0; e < E; acc += counts[e], e++) offsets[e] = acc;
+    int *groups = xmalloc(sizeof(int) * sd_cuda_moe_groups_ints(T, K, E));
+    sd_cuda_moe_groups_host(sel, T, K, E, groups);
+    const int *ent = groups + 2 + 2 * gc; // entry p of the grouping: t·K + j
+    int *row_tok = xmalloc(sizeof(int) * n), *inv = xmalloc(sizeof(int) * n);
+    for (int p = 0; p < n; p++) {
+        row_tok[p] = ent[p] / K;
+        inv[ent[p]] = p;
+    }
+    gbuf dsel = gbuf_of(sel, n), dcounts = gbuf_new(E), doff = gbuf_of(offsets, E), drow = gbuf_new(n), dinv = gbuf_new(n);
+    OK(sd_cuda_moe_prefill_count(IP(dsel), n, E, IP(dcounts), 0, &st_));
+    OK(sd_cuda_moe_prefill_scatter(IP(dsel), n, K, E, IP(doff), IP(drow), IP(dinv), 0, &st_));
+    int *got_c = gbuf_read(&dcounts, E), *got_r = gbuf_read(&drow, n), *got_i = gbuf_read(&dinv, n);
+    compare(c, "counts", got_c, counts, E);
+    compare(c, "row_tok", got_r, row_tok, n);
+    compare(c, "inv", got_i, inv, n);
+    gbuf *all[] = {&dsel, &dcounts, &doff, &drow, &dinv};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) gbuf_done(all[i], "grouping buffer");
+    free(sel); free(counts); free(offsets); free(groups); free(row_tok); free(inv); free(got_c); free(got_r); free(got_i);
+}
+
+// shape: n, D, ldpad, T (x's rows, ld D + ldpad). rows: random in [0, T), with the first and the last
+// row and a repeat; out = x[rows] as f32 (an exact copy) and as bf16 (nearest even), both bitwise,
+// nothing past the n rows written.
+static void run_gather_rows(const op_case *c) {
+    const int n = c->shape[0], D = c->shape[1], ld_x = D + c->shape[2], T = c->shape[3];
+    const size_t nx = (size_t)T * ld_x, no = (size_t)n * D;
+    float *x = rand_host(nx, seed_of(0), 2.0f), *want = xmalloc(sizeof(float) * no);
+    int *rows = xmalloc(sizeof(int) * n);
+    uint64_t r = seed_of(1);
+    for (int i = 0; i < n; i++) rows[i] = rng_int(&r, T);
+    rows[0] = T - 1;
+    if (n > 1) rows[1] = 0;
+    if (n > 2) rows[2] = rows[n - 1];
+    for (int i = 0; i < n; i++) memcpy(want + (size_t)i * D, x + (size_t)rows[i] * ld_x, sizeof(float) * D);
+    uint16_t *want16 = bf16_of(want, no);
+    gbuf dx = gbuf_of(x, nx), drows = gbuf_of(rows, n), o32 = gbuf_new(no), o16 = gbuf_halves(NULL, no);
+    OK(sd_cuda_gather_rows(dx.p, ld_x, IP(drows), n, D, o32.p, false, 0, &st_));
+    OK(sd_cuda_gather_rows(dx.p, ld_x, IP(drows), n, D, o16.p, true, 0, &st_));
+    float *got = gbuf_read(&o32, no);
+    compare(c, "out (f32)", got, want, no);
+    same_halves("out (bf16)", &o16, want16, no);
+    gbuf *all[] = {&dx, &drows, &o32, &o16};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) gbuf_done(all[i], "gather buffer");
+    free(x); free(want); free(rows); free(want16); free(got);
+}
+
+// shape: n, I. h rows (2I: gate·x, then up·x); out f32 vs sd_silu(gate)·up (TOL_ELEM), bf16 the
+// f32 output rounded, bitwise, and vs the CPU (TOL_BF16); h untouched.
+static void run_swiglu_rows(const op_case *c) {
+    const int n = c->shape[0], I = c->shape[1];
+    const size_t nh = (size_t)n * 2 * I, no = (size_t)n * I;
+    float *h = rand_host(nh, seed_of(0), 4.0f), *ref = xmalloc(sizeof(float) * no);
+    for (int r = 0; r < n; r++)
+        for (int i = 0; i < I; i++) ref[(size_t)r * I + i] = sd_silu(h[(size_t)r * 2 * I + i]) * h[(size_t)r * 2 * I + I + i];
+    gbuf dh = gbuf_of(h, nh), o32 = gbuf_new(no), o16 = gbuf_halves(NULL, no);
+    OK(sd_cuda_swiglu_rows(dh.p, n, I, o32.p, false, 0, &st_));
+    OK(sd_cuda_swiglu_rows(dh.p, n, I, o16.p, true, 0, &st_));
+    float *got = gbuf_read(&o32, no), *h_back = gbuf_read(&dh, nh);
+    compare(c, "out (f32)", got, ref, no);
+    uint16_t *want16 = bf16_of(got, no), *got16 = read_halves(&o16, no);
+    check_halves("out (bf16): the f32 output rounded", got16, want16, no);
+    float *wide = widen_bf16(got16, no);
+    check_close(TOL_BF16, "out (bf16) vs the CPU", wide, ref, no);
+    same_bits("h untouched", h_back, h, nh);
+    gbuf *all[] = {&dh, &o32, &o16};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) gbuf_done(all[i], "swiglu buffer");
+    free(h); free(ref); free(got); free(h_back); free(want16); free(got16); free(wide);
+}
+
+// shape: T, K, D, shared. y: the T·K grouped rows, inv a random permutation (entry → row), w, x the
+// residual stream: x[t] += Σ_j w·y[inv] (+ shared[t]) vs the CPU's order (engine/cpu/moe.c: the slots
+// from j = 0, then the shared expert's row, then the residual add), bitwise — neither side contracts
+// a multiply-add (--fmad=false, -ffp-contract=off).
+static void run_moe_prefill_combine(const op_case *c) {
+    const int T = c->shape[0], K = c->shape[1], D = c->shape[2], with_shared = c->shape[3], n = T * K;
+    float *y = rand_host((size_t)n * D, seed_of(0), 1.0f), *w = rand_in((size_t)n, seed_of(1), 0.05f, 0.6f);
+    float *sh = rand_host((size_t)T * D, seed_of(2), 1.0f), *x = rand_host((size_t)T * D, seed_of(3), 1.0f);
+    int *inv = xmalloc(sizeof(int) * n);
+    uint64_t r = seed_of(4);
+    for (int i = 0; i < n; i++) inv[i] = i;
+    for (int i = n - 1; i > 0; i--) {
+        const int j = rng_int(&r, i + 1), s = inv[i];
+        inv[i] = inv[j];
+        inv[j] = s;
+    }
+    float *ref = copy_floats(x, (size_t)T * D);
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < D; i++) {
+            float acc = 0.0f;
+            for (int j = 0; j < K; j++) acc += w[t * K + j] * y[(size_t)inv[t * K + j] * D + i];
+            if (with_shared) acc += sh[(size_t)t * D + i];
+            ref[(size_t)t * D + i] += acc;
+        }
+    gbuf dy = gbuf_of(y, (size_t)n * D), dinv = gbuf_of(inv, n), dw = gbuf_of(w, n), dsh = gbuf_of(sh, (size_t)T * D);
+    gbuf dx = gbuf_of(x, (size_t)T * D);
+    OK(sd_cuda_moe_prefill_combine(dy.p, IP(dinv), dw.p, with_shared ? dsh.p : NULL, T, K, D, dx.p, 0, &st_));
+    float *got = gbuf_read(&dx, (size_t)T * D);
+    compare(c, with_shared ? "x (+ the shared expert's rows)" : "x (no shared expert)", got, ref, (size_t)T * D);
+    gbuf *all[] = {&dy, &dinv, &dw, &dsh, &dx};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) gbuf_done(all[i], "combine buffer");
+    free(y); free(w); free(sh); free(x); free(inv); free(ref); free(got);
+}
+
+
 // ---------------------------------------------------------------------------- the table
 // Tolerances: the TOL_* above (their reasons stand there); a case's other comparisons name theirs.
 static const op_case CASES[] = {
@@ -1300,6 +2075,117 @@ static const op_case CASES[] = {
     {.op = "sd_cuda_synth_fill", .run = run_synth_fill, .shape = {1, 1}, .tol = TOL_BITWISE},
     {.op = "sd_cuda_synth_fill", .run = run_synth_fill, .shape = {0, 0}, .tol = TOL_BITWISE},
     {.op = "sd_cuda_synth_fill", .note = "shorter than a Philox block", .run = run_synth_fill, .shape = {0, 1}, .tol = TOL_BITWISE},
+    // ---- the prefill (kernels/gemm.h, kda_prefill.h, mla_prefill.h, moe_prefill.h): TOL_BF16,
+    // TOL_MMA and TOL_CHUNK stand above run_to_bf16 with their reasons.
+    // bf16 conversion: bitwise (a NaN as a NaN).
+    {.op = "sd_cuda_to_bf16", .note = "edge values", .run = run_to_bf16, .shape = {37, 1}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_to_bf16", .note = "one value", .run = run_to_bf16, .shape = {1, 0}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_to_bf16", .note = "none: nothing written", .run = run_to_bf16, .shape = {0, 0}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_to_bf16", .note = "past one grid", .run = run_to_bf16, .shape = {600001, 1}, .tol = TOL_BITWISE},
+    // The GEMM (sd_gemm_run, sd_gemm_linear, sd_gemm_linear_bf16), both weight dtypes a case: .tol is
+    // the bf16 weight's against the f32 activations (TOL_BF16); the rest name theirs (run_gemm).
+    {.op = "sd_cuda_to_bf16", .note = "GEMM: one row", .run = run_gemm, .shape = {1, 64, 32, 1, SD_GEMM_WT, 0, 0, 0}, .tol = TOL_BF16},
+    {.op = "sd_cuda_to_bf16", .note = "GEMM: K = 8", .run = run_gemm, .shape = {37, 16, 8, 1, SD_GEMM_WT, 0, 0, 0}, .tol = TOL_BF16},
+    {.op = "sd_cuda_to_bf16", .note = "GEMM: 8 columns, accumulate", .run = run_gemm, .shape = {7, 8, 32, 1, SD_GEMM_WT, 0, 0, 1}, .tol = TOL_BF16},
+    {.op = "sd_cuda_to_bf16", .note = "GEMM: Y rows padded", .run = run_gemm, .shape = {300, 512, 512, 1, SD_GEMM_WT, 0, 4, 0}, .tol = TOL_BF16},
+    {.op = "sd_cuda_to_bf16", .note = "GEMM: X rows padded, accumulate", .run = run_gemm, .shape = {129, 1536, 512, 1, SD_GEMM_WT, 4, 0, 1}, .tol = TOL_BF16},
+    {.op = "sd_cuda_to_bf16", .note = "GEMM: Kimi's expert gate|up", .run = run_gemm, .shape = {17, 2048, 2304, 1, SD_GEMM_WT, 0, 0, 0}, .tol = TOL_BF16},
+    {.op = "sd_cuda_to_bf16", .note = "GEMM: Kimi's router", .run = run_gemm, .shape = {40, 256, 2304, 1, SD_GEMM_WT, 0, 0, 0}, .tol = TOL_BF16},
+    {.op = "sd_cuda_to_bf16", .note = "GEMM: X·W, one problem", .run = run_gemm, .shape = {8, 8, 40, 1, SD_GEMM_WN, 0, 0, 0}, .tol = TOL_BF16},
+    {.op = "sd_cuda_to_bf16", .note = "GEMM: batched X·W (the MLA absorption)", .run = run_gemm, .shape = {50, 128, 64, 4, SD_GEMM_WN, 32, 0, 0}, .tol = TOL_BF16},
+    {.op = "sd_cuda_to_bf16", .note = "GEMM: batched X·Wt (the MLA value projection)", .run = run_gemm, .shape = {50, 64, 128, 4, SD_GEMM_WT, 0, 0, 0}, .tol = TOL_BF16},
+    {.op = "sd_cuda_to_bf16", .note = "GEMM: Kimi's absorption", .run = run_gemm, .shape = {20, 512, 128, 32, SD_GEMM_WN, 64, 0, 0}, .tol = TOL_BF16},
+    {.op = "sd_cuda_to_bf16", .note = "GEMM: Kimi's value projection", .run = run_gemm, .shape = {20, 128, 512, 32, SD_GEMM_WT, 0, 0, 0}, .tol = TOL_BF16},
+    {.op = "sd_cuda_to_bf16", .note = "GEMM: K = 20 (staged rows of 24), gaps, accumulate", .run = run_gemm, .shape = {9, 16, 20, 3, SD_GEMM_WN, 4, 4, 1}, .tol = TOL_BF16},
+    {.op = "sd_cuda_to_bf16", .note = "GEMM: batched X·Wt, gaps", .run = run_gemm, .shape = {64, 40, 24, 2, SD_GEMM_WT, 8, 8, 0}, .tol = TOL_BF16},
+    // KDA conv + gates, then the ring rows (TOL_ELEM; the ring, β's padding and pieces bitwise).
+    {.op = "sd_cuda_kda_prefill_conv, sd_cuda_kda_prefill_ring", .note = "one token at 0, a ring of W - 1 rows", .run = run_kda_prefill_conv, .shape = {2, 16, 4, 1, 0, 3, 0, 0}, .tol = TOL_ELEM},
+    {.op = "sd_cuda_kda_prefill_conv, sd_cuda_kda_prefill_ring", .note = "T < W - 1, pieces of 1", .run = run_kda_prefill_conv, .shape = {2, 16, 4, 2, 5, 4, 1, 2}, .tol = TOL_ELEM},
+    {.op = "sd_cuda_kda_prefill_conv, sd_cuda_kda_prefill_ring", .note = "pieces of 33 and 37", .run = run_kda_prefill_conv, .shape = {3, 64, 4, 70, 13, 11, 33, 1}, .tol = TOL_ELEM},
+    {.op = "sd_cuda_kda_prefill_conv, sd_cuda_kda_prefill_ring", .note = "Kimi's shapes", .run = run_kda_prefill_conv, .shape = {32, 128, 4, 100, 37, 11, 64, 0}, .tol = TOL_ELEM},
+    {.op = "sd_cuda_kda_prefill_conv, sd_cuda_kda_prefill_ring", .note = "d past 128 threads, W = 6 before 0, a piece < W - 1", .run = run_kda_prefill_conv, .shape = {2, 200, 6, 9, 3, 8, 4, 0}, .tol = TOL_ELEM},
+    {.op = "sd_cuda_kda_prefill_conv, sd_cuda_kda_prefill_ring", .note = "W = 1: no history, no ring rows", .run = run_kda_prefill_conv, .shape = {4, 32, 1, 5, 9, 1, 2, 0}, .tol = TOL_ELEM},
+    {.op = "sd_cuda_kda_prefill_conv, sd_cuda_kda_prefill_ring", .note = "the ring wraps", .run = run_kda_prefill_conv, .shape = {1, 8, 4, 3, 1000, 5, 1, 3}, .tol = TOL_ELEM},
+    // The chunked recurrence (TOL_CHUNK): d 8 .. 128, T about the 64-token chunk; in place bitwise.
+    {.op = "sd_cuda_kda_chunk", .note = "one token", .run = run_kda_chunk, .shape = {2, 8, 1, 0, 0}, .tol = TOL_CHUNK},
+    {.op = "sd_cuda_kda_chunk", .note = "one short chunk, weak decay", .run = run_kda_chunk, .shape = {2, 8, 63, 0, 1}, .tol = TOL_CHUNK},
+    {.op = "sd_cuda_kda_chunk", .note = "one whole chunk, y rows padded", .run = run_kda_chunk, .shape = {3, 16, 64, 4, 0}, .tol = TOL_CHUNK},
+    {.op = "sd_cuda_kda_chunk", .note = "a chunk and a token", .run = run_kda_chunk, .shape = {4, 32, 65, 0, 0}, .tol = TOL_CHUNK},
+    {.op = "sd_cuda_kda_chunk", .note = "one token, beta rows padded", .run = run_kda_chunk, .shape = {5, 32, 1, 0, 0}, .tol = TOL_CHUNK},
+    {.op = "sd_cuda_kda_chunk", .note = "three chunks, weak decay", .run = run_kda_chunk, .shape = {2, 64, 130, 0, 1}, .tol = TOL_CHUNK},
+    {.op = "sd_cuda_kda_chunk", .note = "five chunks, weak decay", .run = run_kda_chunk, .shape = {3, 64, 257, 0, 1}, .tol = TOL_CHUNK},
+    {.op = "sd_cuda_kda_chunk", .note = "y rows padded, weak decay", .run = run_kda_chunk, .shape = {1, 16, 129, 8, 1}, .tol = TOL_CHUNK},
+    {.op = "sd_cuda_kda_chunk", .run = run_kda_chunk, .shape = {4, 128, 200, 0, 0}, .tol = TOL_CHUNK},
+    {.op = "sd_cuda_kda_chunk", .note = "Kimi's heads", .run = run_kda_chunk, .shape = {32, 128, 130, 0, 0}, .tol = TOL_CHUNK},
+    // The gated output norm: f32 TOL_ELEM; bf16 the f32 rounded, bitwise, and TOL_BF16 vs the CPU.
+    {.op = "sd_cuda_kda_prefill_out", .run = run_kda_prefill_out, .shape = {1, 3, 16}, .tol = TOL_ELEM},
+    {.op = "sd_cuda_kda_prefill_out", .run = run_kda_prefill_out, .shape = {5, 2, 128}, .tol = TOL_ELEM},
+    {.op = "sd_cuda_kda_prefill_out", .run = run_kda_prefill_out, .shape = {3, 4, 40}, .tol = TOL_ELEM},
+    {.op = "sd_cuda_kda_prefill_out", .note = "Kimi's heads", .run = run_kda_prefill_out, .shape = {70, 32, 128}, .tol = TOL_ELEM},
+    {.op = "sd_cuda_kda_prefill_out", .note = "d past 128 threads", .run = run_kda_prefill_out, .shape = {2, 1, 200}, .tol = TOL_ELEM},
+    // The MLA cache write (TOL_ELEM; the rows it must not touch bitwise).
+    {.op = "sd_cuda_mla_prefill_cache", .note = "RoPE", .run = run_mla_prefill_cache, .shape = {3, 5, 24, 16, 64, 0, 1, 0}, .tol = TOL_ELEM},
+    {.op = "sd_cuda_mla_prefill_cache", .note = "RoPE at 700, the prefill's shared rows", .run = run_mla_prefill_cache, .shape = {3, 5, 24, 16, 64, 700, 1, 1}, .tol = TOL_ELEM},
+    {.op = "sd_cuda_mla_prefill_cache", .note = "one token", .run = run_mla_prefill_cache, .shape = {1, 3, 16, 6, 40, 9, 1, 1}, .tol = TOL_ELEM},
+    {.op = "sd_cuda_mla_prefill_cache", .note = "no RoPE", .run = run_mla_prefill_cache, .shape = {3, 2, 16, 4, 40, 2, 0, 0}, .tol = TOL_ELEM},
+    {.op = "sd_cuda_mla_prefill_cache", .note = "Kimi's shapes (no RoPE)", .run = run_mla_prefill_cache, .shape = {5, 32, 128, 64, 512, 100, 0, 1}, .tol = TOL_ELEM},
+    {.op = "sd_cuda_mla_prefill_cache", .note = "RoPE at R = 512, dr = 64", .run = run_mla_prefill_cache, .shape = {4, 8, 64, 64, 512, 37, 1, 0}, .tol = TOL_ELEM},
+    {.op = "sd_cuda_mla_prefill_cache", .note = "R past the register norm", .run = run_mla_prefill_cache, .shape = {2, 4, 16, 8, 5000, 3, 1, 0}, .tol = TOL_ELEM},
+    {.op = "sd_cuda_mla_prefill_cache", .note = "odd dr with RoPE: the unpaired entry copied", .run = run_mla_prefill_cache, .shape = {2, 2, 16, 5, 40, 3, 1, 1}, .tol = TOL_ELEM},
+    // Packing to bf16: bitwise.
+    {.op = "sd_cuda_mla_pack_keys, sd_cuda_mla_pack_queries", .note = "one row each, width 32", .run = run_mla_pack, .shape = {1, 1, 8, 4, 16, 0, 0}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_mla_pack_keys, sd_cuda_mla_pack_queries", .run = run_mla_pack, .shape = {3, 5, 24, 6, 40, 7, 3}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_mla_pack_keys, sd_cuda_mla_pack_queries", .note = "Kimi's shapes, the prefill's query rows", .run = run_mla_pack, .shape = {40, 32, 128, 64, 512, 100, 576}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_mla_pack_keys, sd_cuda_mla_pack_queries", .note = "dr = 0", .run = run_mla_pack, .shape = {2, 3, 16, 0, 64, 5, 0}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_mla_pack_keys, sd_cuda_mla_pack_queries", .note = "keys past one grid", .run = run_mla_pack, .shape = {8, 2, 16, 64, 512, 2000, 0}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_mla_pack_keys, sd_cuda_mla_pack_queries", .note = "R + dr = 16", .run = run_mla_pack, .shape = {2, 2, 8, 3, 13, 1, 1}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_mla_pack_keys, sd_cuda_mla_pack_queries", .note = "R + dr = 17", .run = run_mla_pack, .shape = {2, 2, 8, 4, 13, 1, 1}, .tol = TOL_BITWISE},
+    // Flash attention over the packed rows (TOL_BF16); every value-column split, 1 .. 16 key tiles.
+    {.op = "sd_cuda_mla_flash", .note = "one token, one key", .run = run_mla_flash, .shape = {1, 2, 16, 4, 0, 16}, .tol = TOL_BF16},
+    {.op = "sd_cuda_mla_flash", .run = run_mla_flash, .shape = {37, 2, 16, 4, 5, 24}, .tol = TOL_BF16},
+    {.op = "sd_cuda_mla_flash", .note = "a partial query block", .run = run_mla_flash, .shape = {70, 4, 128, 32, 50, 64}, .tol = TOL_BF16},
+    {.op = "sd_cuda_mla_flash", .note = "Kimi's shapes", .run = run_mla_flash, .shape = {40, 32, 512, 64, 100, 128}, .tol = TOL_BF16},
+    {.op = "sd_cuda_mla_flash", .note = "dr = 0, three key tiles", .run = run_mla_flash, .shape = {130, 4, 64, 0, 0, 64}, .tol = TOL_BF16},
+    {.op = "sd_cuda_mla_flash", .note = "six key tiles", .run = run_mla_flash, .shape = {5, 3, 96, 8, 300, 32}, .tol = TOL_BF16},
+    {.op = "sd_cuda_mla_flash", .note = "R = 40: one n8 tile a warp", .run = run_mla_flash, .shape = {3, 2, 40, 8, 10, 16}, .tol = TOL_BF16},
+    {.op = "sd_cuda_mla_flash", .note = "width 896: the most shared memory", .run = run_mla_flash, .shape = {2, 1, 832, 64, 7, 128}, .tol = TOL_BF16},
+    {.op = "sd_cuda_mla_flash", .note = "1017 keys", .run = run_mla_flash, .shape = {17, 5, 512, 64, 1000, 128}, .tol = TOL_BF16},
+    // MoE routing: sel bitwise, w TOL_ELEM.
+    {.op = "sd_cuda_moe_prefill_select", .note = "Kimi's routing, one token", .run = run_moe_prefill_select, .shape = {256, 8, 1, 1, 1, 0, 0}, .tol = TOL_ELEM},
+    {.op = "sd_cuda_moe_prefill_select", .note = "Kimi's routing", .run = run_moe_prefill_select, .shape = {256, 8, 1, 1, 300, 0, 0}, .tol = TOL_ELEM},
+    {.op = "sd_cuda_moe_prefill_select", .note = "ties", .run = run_moe_prefill_select, .shape = {256, 8, 1, 1, 9, 1, 0}, .tol = TOL_ELEM},
+    {.op = "sd_cuda_moe_prefill_select", .note = "ties", .run = run_moe_prefill_select, .shape = {16, 2, 1, 1, 9, 1, 0}, .tol = TOL_ELEM},
+    {.op = "sd_cuda_moe_prefill_select", .note = "expert groups", .run = run_moe_prefill_select, .shape = {64, 6, 8, 3, 50, 0, 0}, .tol = TOL_ELEM},
+    {.op = "sd_cuda_moe_prefill_select", .note = "expert groups, not renormalised", .run = run_moe_prefill_select, .shape = {64, 6, 8, 3, 13, 0, 1}, .tol = TOL_ELEM},
+    {.op = "sd_cuda_moe_prefill_select", .note = "32 groups of 3", .run = run_moe_prefill_select, .shape = {96, 4, 32, 4, 9, 0, 0}, .tol = TOL_ELEM},
+    {.op = "sd_cuda_moe_prefill_select", .note = "E < 32, T not a multiple of 8", .run = run_moe_prefill_select, .shape = {20, 3, 1, 1, 11, 0, 0}, .tol = TOL_ELEM},
+    {.op = "sd_cuda_moe_prefill_select", .note = "K = 32", .run = run_moe_prefill_select, .shape = {64, 32, 1, 1, 5, 0, 0}, .tol = TOL_ELEM},
+    {.op = "sd_cuda_moe_prefill_select", .note = "E = 512, not renormalised", .run = run_moe_prefill_select, .shape = {512, 8, 1, 1, 17, 0, 1}, .tol = TOL_ELEM},
+    // The grouping's counts and rows: bitwise.
+    {.op = "sd_cuda_moe_prefill_count, sd_cuda_moe_prefill_scatter", .note = "one token", .run = run_moe_prefill_group, .shape = {256, 8, 1}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_moe_prefill_count, sd_cuda_moe_prefill_scatter", .run = run_moe_prefill_group, .shape = {256, 8, 37}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_moe_prefill_count, sd_cuda_moe_prefill_scatter", .note = "2400 entries", .run = run_moe_prefill_group, .shape = {256, 8, 300}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_moe_prefill_count, sd_cuda_moe_prefill_scatter", .note = "E not a multiple of 8", .run = run_moe_prefill_group, .shape = {20, 3, 11}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_moe_prefill_count, sd_cuda_moe_prefill_scatter", .note = "every expert every token", .run = run_moe_prefill_group, .shape = {5, 5, 7}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_moe_prefill_count, sd_cuda_moe_prefill_scatter", .run = run_moe_prefill_group, .shape = {64, 6, 100}, .tol = TOL_BITWISE},
+    // Gathered rows: bitwise.
+    {.op = "sd_cuda_gather_rows", .note = "one row", .run = run_gather_rows, .shape = {1, 8, 0, 1}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_gather_rows", .note = "Kimi's: 37 tokens x 8", .run = run_gather_rows, .shape = {296, 2304, 0, 37}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_gather_rows", .note = "odd D, x rows padded", .run = run_gather_rows, .shape = {50, 101, 3, 20}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_gather_rows", .note = "rows past 256 threads", .run = run_gather_rows, .shape = {7, 1000, 24, 3}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_gather_rows", .run = run_gather_rows, .shape = {2400, 64, 0, 300}, .tol = TOL_BITWISE},
+    // SwiGLU rows: f32 TOL_ELEM; bf16 the f32 rounded, bitwise, and TOL_BF16 vs the CPU.
+    {.op = "sd_cuda_swiglu_rows", .note = "one row", .run = run_swiglu_rows, .shape = {1, 16}, .tol = TOL_ELEM},
+    {.op = "sd_cuda_swiglu_rows", .note = "Kimi's experts", .run = run_swiglu_rows, .shape = {296, 1024}, .tol = TOL_ELEM},
+    {.op = "sd_cuda_swiglu_rows", .note = "Kimi's dense FFN", .run = run_swiglu_rows, .shape = {33, 9216}, .tol = TOL_ELEM},
+    {.op = "sd_cuda_swiglu_rows", .note = "odd I", .run = run_swiglu_rows, .shape = {5, 37}, .tol = TOL_ELEM},
+    {.op = "sd_cuda_swiglu_rows", .note = "past one grid", .run = run_swiglu_rows, .shape = {3000, 768}, .tol = TOL_ELEM},
+    // The weighted combine: the CPU's order, bitwise.
+    {.op = "sd_cuda_moe_prefill_combine", .note = "Kimi's, one token", .run = run_moe_prefill_combine, .shape = {1, 8, 2304, 1}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_moe_prefill_combine", .note = "Kimi's", .run = run_moe_prefill_combine, .shape = {37, 8, 2304, 1}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_moe_prefill_combine", .note = "no shared expert", .run = run_moe_prefill_combine, .shape = {5, 2, 100, 0}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_moe_prefill_combine", .run = run_moe_prefill_combine, .shape = {300, 6, 64, 1}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_moe_prefill_combine", .note = "K = 1, rows past 256 threads", .run = run_moe_prefill_combine, .shape = {3, 1, 1000, 0}, .tol = TOL_BITWISE},
 };
 
 Test(cuda_ops, table, .timeout = 600) {

@@ -141,6 +141,14 @@ Test(cuda_prefill, gemm_strided_batches) {
 
 // ---------------------------------------------------------------------------- KDA
 typedef struct { int H, d, T; } kda_case;
+// Rows of n floats at stride ld (zero between), a copy of the packed rows x (T, n).
+static float *strided_rows(const float *x, int T, int n, int ld) {
+    float *y = calloc((size_t)T * ld, sizeof(float));
+    cr_assert_not_null(y);
+    for (int t = 0; t < T; t++) memcpy(y + (size_t)t * ld, x + (size_t)t * n, sizeof(float) * n);
+    return y;
+}
+
 static const kda_case KDA_CASES[] = {{2, 8, 1}, {2, 8, 63}, {3, 16, 64}, {4, 32, 65}, {2, 64, 130}, {4, 128, 200}};
 
 // The device's chunked recurrence against the CPU's chunked form and the token recurrence, from
@@ -167,9 +175,10 @@ Test(cuda_prefill, kda_chunk_matches_both_cpu_forms) {
         float *Sa = malloc(sizeof(float) * d * d), *Sb = malloc(sizeof(float) * d * d);
         float *work = malloc(sizeof(float) * sd_kda_chunk_work_floats(d, SD_KDA_CHUNK));
         memcpy(S_chunk, S0, sizeof(float) * nS);
+        float *g3 = strided_rows(g, T, P, 3 * P); // sd_kda_chunk_head reads every input at one stride
         for (int h = 0; h < H; h++) {
             const size_t o = (size_t)h * d;
-            sd_kda_chunk_head(S_chunk + (size_t)h * d * d, qkv + o, qkv + P + o, qkv + 2 * P + o, g + o, beta + h, T, d,
+            sd_kda_chunk_head(S_chunk + (size_t)h * d * d, qkv + o, qkv + P + o, qkv + 2 * P + o, g3 + o, beta + h, T, d,
                               SD_KDA_CHUNK, 3 * P, H, y_chunk + o, work);
             memcpy(Sa, S0 + (size_t)h * d * d, sizeof(float) * d * d);
             for (int t = 0; t < T; t++) {
@@ -210,7 +219,7 @@ Test(cuda_prefill, kda_chunk_matches_both_cpu_forms) {
         cr_assert(memcmp(S_in_place, S_gpu, nS * 4) == 0, "kda H=%d d=%d T=%d: in place differs", H, d, T);
         gpu_buf_done(&dqkv, "qkv"); gpu_buf_done(&dg, "g"); gpu_buf_done(&db, "beta");
         gpu_buf_done(&dS, "S"); gpu_buf_done(&dSo, "S out"); gpu_buf_done(&dy, "y"); gpu_buf_done(&dw, "work");
-        free(qkv); free(g); free(beta); free(S0); free(y_chunk); free(y_rec); free(S_chunk); free(S_rec);
+        free(qkv); free(g); free(g3); free(beta); free(S0); free(y_chunk); free(y_rec); free(S_chunk); free(S_rec);
         free(Sa); free(Sb); free(work); free(y_cpu); free(y_gpu); free(S_gpu); free(S_in_place);
     }
 }
