@@ -118,7 +118,7 @@ sd_code ledger_record_host(ledger *L, int dev, int layer, int pos, const int *se
     }
     ledger_row *r = &L->host[L->n_host++];
     memset(r, 0, sizeof *r);
-    *r = (ledger_row){.dev = dev, .layer = layer, .pos = pos, .k = k, .margin = margin};
+    *r = (ledger_row){.dev = dev, .layer = layer, .pos = pos, .k = k, .margin = margin, .seq = L->host_entries};
     memcpy(r->sel, sel, sizeof(int) * (size_t)k);
     memcpy(r->w, w, sizeof(float) * (size_t)k);
     return SD_OK;
@@ -130,6 +130,20 @@ static int by_key(const void *pa, const void *pb) {
     if (a->dev != b->dev) return a->dev < b->dev ? -1 : 1;
     if (a->layer != b->layer) return a->layer < b->layer ? -1 : 1;
     return (a->pos > b->pos) - (a->pos < b->pos);
+}
+
+// by_key, then the arm's record order: the order occ counts in.
+static int by_record(const void *pa, const void *pb) {
+    const ledger_row *a = pa, *b = pb;
+    const int k = by_key(a, b);
+    return k ? k : (a->seq > b->seq) - (a->seq < b->seq);
+}
+
+// by_key, then occ: the comparison's match.
+static int by_match(const void *pa, const void *pb) {
+    const ledger_row *a = pa, *b = pb;
+    const int k = by_key(a, b);
+    return k ? k : (a->occ > b->occ) - (a->occ < b->occ);
 }
 
 sd_code ledger_drain_device(ledger *L, int dev, int pos0, int T, int K, ledger_row **rows, size_t *n_rows,
@@ -153,7 +167,7 @@ sd_code ledger_drain_device(ledger *L, int dev, int pos0, int T, int K, ledger_r
         for (int t = 0; !rc && t < T; t++) {
             ledger_row *r = &g[(*n_rows)++];
             memset(r, 0, sizeof *r);
-            *r = (ledger_row){.dev = dev, .layer = s->layer, .pos = pos0 + t, .k = K, .margin = NAN};
+            *r = (ledger_row){.dev = dev, .layer = s->layer, .pos = pos0 + t, .k = K, .margin = NAN, .seq = L->drains};
             for (int j = 0; j < K; j++) {
                 const int e = t * K + j;
                 r->sel[j] = e < s->n ? sel[e] : -1;
@@ -165,6 +179,7 @@ sd_code ledger_drain_device(ledger *L, int dev, int pos0, int T, int K, ledger_r
         if (rc) return rc;
     }
     qsort(g + first, *n_rows - first, sizeof *g, by_key);
+    L->drains++;
     return SD_OK;
 }
 
@@ -200,12 +215,13 @@ static bool same_row(const ledger_row *a, const ledger_row *b) {
            !memcmp(a->w, b->w, sizeof(float) * (size_t)a->k);
 }
 
-// The row of `sorted` (ordered by by_key) with key's (dev, layer, pos), or NULL.
+// The row of `sorted` (ordered by by_match) with key's (dev, layer, pos, occ), or NULL.
 static const ledger_row *lookup(const ledger_row *sorted, size_t n, const ledger_row *key) {
-    return n ? bsearch(key, sorted, n, sizeof *sorted, by_key) : NULL;
+    return n ? bsearch(key, sorted, n, sizeof *sorted, by_match) : NULL;
 }
 
-// A copy of rows ordered by by_key (NULL when n is 0 or out of memory: *ok says which).
+// A copy of rows in record order within each key, each row's occ set (NULL when n is 0 or out
+// of memory: *ok says which). by_record and by_match order the copy alike.
 static ledger_row *sorted_copy(const ledger_row *rows, size_t n, bool *ok) {
     *ok = true;
     if (!n) return NULL;
@@ -215,7 +231,8 @@ static ledger_row *sorted_copy(const ledger_row *rows, size_t n, bool *ok) {
         return NULL;
     }
     memcpy(c, rows, sizeof *c * n);
-    qsort(c, n, sizeof *c, by_key);
+    qsort(c, n, sizeof *c, by_record);
+    for (size_t i = 0; i < n; i++) c[i].occ = i && !by_key(&c[i], &c[i - 1]) ? c[i - 1].occ + 1 : 0;
     return c;
 }
 

@@ -48,6 +48,12 @@ typedef struct {
     int sel[LEDGER_MAX_K];
     float w[LEDGER_MAX_K];
     float margin; // the K-th minus the (K+1)-th biased score where the arm knows it, else NAN
+    // A position is routed again when a round re-verifies it after a rejection, so a row is known
+    // by (dev, layer, pos, occ): occ is the how-many-th row of its (dev, layer, pos) in its arm,
+    // from 0, in record order (seq) — set by the comparison; the n-th routing of a position in
+    // one arm is compared with the n-th in the other.
+    uint64_t seq; // the arm's record order: the host arm's call count, the device arm's drain count
+    int occ;
 } ledger_row;
 
 typedef struct {
@@ -66,6 +72,7 @@ typedef struct ledger {
     ledger_row *host;
     size_t n_host, cap_host;
     uint64_t device_entries, host_entries; // calls of record_device / record_host, armed or not
+    uint64_t drains;                       // drain_device calls: the device rows' seq
 } ledger;
 
 // A ledger over d; disarmed, every record is a no-op (beyond its entry counter).
@@ -110,8 +117,9 @@ typedef struct {
     ledger_row a, b;                      // at the first divergence by (dev, layer, pos); b.k = 0 if missing
 } ledger_diff;
 
-// Rows equal bit for bit: the same k, sel and the same bits of w. Every row of b without a row in
-// a counts as missing too (into `missing`, with first divergence reported from b's side).
+// Rows equal bit for bit: the same k, sel and the same bits of w, matched by (dev, layer, pos,
+// occ). Every row of b without a row in a counts as missing too (into `missing`, with first
+// divergence reported from b's side). The first divergence is the earliest by (dev, layer, pos).
 void ledger_compare(const ledger_row *a, size_t na, const ledger_row *b, size_t nb, ledger_diff *out);
 // Only the rows of one (dev, layer).
 void ledger_compare_layer(const ledger_row *a, size_t na, const ledger_row *b, size_t nb, int dev, int layer,

@@ -94,6 +94,43 @@ Test(ledger, device_and_host_arms_agree_bit_for_bit) {
     ledger_free(&L);
 }
 
+// Rounds re-verify a position after a rejection: the same (layer, pos) routed again, on other
+// tokens. The n-th routing of a position in one arm is compared with the n-th in the other, so
+// overlapping rounds match, and a difference in the second routing alone is found there.
+Test(ledger, a_position_routed_again_is_matched_by_occurrence) {
+    ledger L;
+    ledger_init(&L, ledger_host_device(), true);
+    sd_status st = {0};
+    cr_assert_eq(ledger_prearm(&L, 0, 1, T * K, &st), SD_OK);
+    int sel[T * K];
+    float w[T * K];
+    ledger_row *dev_rows = NULL;
+    size_t nd = 0;
+    const int pos0[3] = {20, 22, 25}; // rounds of T = 4 accepting 1, then 2: positions 22, 23 twice
+    for (int r = 0; r < 3; r++) {
+        route_rows(sel, w, 10 * r); // another routing each round, at the same positions too
+        cr_assert_eq(ledger_record_device(&L, 0, 1, sel, w, T * K, NULL, &st), SD_OK);
+        record_host_rows(&L, 0, 1, pos0[r], sel, w);
+        cr_assert_eq(ledger_drain_device(&L, 0, pos0[r], T, K, &dev_rows, &nd, &st), SD_OK, "%s", st.msg);
+    }
+    ledger_row *host;
+    size_t nh;
+    ledger_take_host(&L, &host, &nh);
+    ledger_diff d;
+    ledger_compare(host, nh, dev_rows, nd, &d);
+    cr_assert(!d.found && d.compared == (size_t)3 * T, "overlapping rounds: mismatched %zu missing %zu at pos %d",
+              d.mismatched, d.missing, d.a.pos);
+    // The second round's routing of position 23 (its 2nd token) differs in the device arm only.
+    for (size_t i = 0; i < nd; i++)
+        if (dev_rows[i].pos == 23 && dev_rows[i].seq == 1) dev_rows[i].w[0] = nextafterf(dev_rows[i].w[0], INFINITY);
+    ledger_compare(host, nh, dev_rows, nd, &d);
+    cr_assert(d.found && d.mismatched == 1 && d.missing == 0 && d.a.pos == 23 && d.a.occ == 1,
+              "found %d mismatched %zu at pos %d occ %d", d.found, d.mismatched, d.a.pos, d.a.occ);
+    free(host);
+    free(dev_rows);
+    ledger_free(&L);
+}
+
 Test(ledger, unarmed_slotless_layers_are_skipped_and_counted) {
     ledger L;
     ledger_init(&L, ledger_host_device(), true);
