@@ -117,9 +117,8 @@ typedef struct {
     unsigned char *seen; // (L, E): expert e of layer l selected by some token of the step
 } route_seen;
 
-static void on_route(void *ctx, int layer, int pos, const int *sel, const float *w, int k) {
-    (void)pos;
-    (void)w;
+static void on_route(void *ctx, int layer, int pos, const int *sel, const float *w, int k, float margin) {
+    (void)pos, (void)w, (void)margin;
     route_seen *r = ctx;
     for (int j = 0; j < k; j++) r->seen[(size_t)layer * r->E + sel[j]] = 1;
 }

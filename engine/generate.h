@@ -39,7 +39,7 @@ typedef struct sd_gen_control {
     // its routing read back on the host (sd_forward_opts.on_route; eager loop only), the selection
     // ledger's device arm (sd_forward_opts.ledger; a runner records inside its graphs instead), and
     // a call after each round or step with the target forward's positions pos0 .. pos0+T-1.
-    void (*on_route)(void *ctx, int layer, int pos, const int *sel, const float *w, int k);
+    sd_route_tap on_route;
     void *route_ctx;
     struct ledger *ledger;
     void (*after_target)(void *ctx, int pos0, int T);

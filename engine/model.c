@@ -15,6 +15,7 @@
 #include "sample.h" // sd_argmax, sd_softmax, sd_sample
 #include "layers.h" // sd_kda_forward, sd_mla_forward, sd_ffn_forward, sd_moe_forward
 #include "ledger.h" // ledger_record_device
+#include "route.h"  // sd_route_margin (the route tap's margins)
 #include "parallel/comm.h" // sd_comm_all_reduce
 #include "parallel/head.h" // sd_tp_head
 
@@ -87,8 +88,8 @@ static sd_code layer_forward(const sd_model *m, sd_state *s, int i, int T, const
             rc = ledger_record_device(opts->ledger, m->comm ? m->comm->rank : 0, i, x->sel, x->w, T * K, NULL, st);
         if (opts && opts->on_route)
             for (int t = 0; t < T; t++)
-                opts->on_route(opts->route_ctx, i, sd_state_next_pos(s) + t, x->sel + (size_t)t * c->num_experts_per_token,
-                               x->w + (size_t)t * c->num_experts_per_token, c->num_experts_per_token);
+                opts->on_route(opts->route_ctx, i, sd_state_next_pos(s) + t, x->sel + (size_t)t * K, x->w + (size_t)t * K, K,
+                               sd_route_margin(x->router + (size_t)t * c->num_experts, ly->moe.bias, c));
     } else {
         sd_ffn_forward(&ly->dense, x->a, T, x->mix, x->ffn_h1, x->ffn_h2);
     }

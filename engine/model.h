@@ -41,11 +41,15 @@ typedef struct {
     uint32_t purpose; // sd_draw_purpose (philox.h)
 } sd_draw;
 
+// A route tap: one (MoE layer, token)'s selection read back on the host, in walk order, and its
+// routing margin (route.h: the K-th chosen expert's biased score minus the best one left out).
+typedef void (*sd_route_tap)(void *ctx, int layer, int pos, const int *sel, const float *w, int k, float margin);
+
 // What a forward reports besides logits. All optional.
 typedef struct {
     trace_burst *trace; // level-2 verify buckets tick here when trace->level >= 2 (verify only)
     // Called once per (MoE layer, token) with the router's selection, in walk order.
-    void (*on_route)(void *ctx, int layer, int pos, const int *sel, const float *w, int k);
+    sd_route_tap on_route;
     void *route_ctx;
     // The selection ledger's device arm (ledger/ledger.h): each MoE layer's sel/w copied into its
     // pre-armed slot where the walk keeps them (device memory on a GPU, inside a captured graph

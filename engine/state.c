@@ -1,5 +1,6 @@
 // state.c — one sequence's caches and their rollback bookkeeping (indexing rules: state.h).
 #include "state.h"
+#include "route.h" // sd_route_work_bytes
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +49,7 @@ static void layout(sd_state *s, bump *b) {
     x->ffn_h1 = TAKE_F(b, T * ffn); x->ffn_h2 = TAKE_F(b, T * ffn);
     x->exp_out = TAKE_F(b, T * K * D); x->xg = TAKE_F(b, T * D); x->yg = TAKE_F(b, T * D);
     x->router = TAKE_F(b, T * E);
+    x->route_work = take(b, sd_route_work_bytes(c));
     x->logits = TAKE_F(b, T * (size_t)c->vocab_size);
     x->sel = take(b, sizeof(int) * T * K);
     x->w = TAKE_F(b, T * K);

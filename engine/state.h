@@ -40,7 +40,8 @@ typedef struct {
     float *ffn_h1, *ffn_h2;             // (T, max FFN width)
     float *exp_out;                     // (T, K, D) routed expert outputs
     float *xg, *yg;                     // (T, D) gathered tokens of one expert and their outputs
-    float *router;                      // (T, E)
+    float *router;                      // (T, E) the router's logits
+    void *route_work;                   // the host selection's work (route.h; the CPU walk's)
     float *logits;                      // (T, V) the head's output when the caller wants argmaxes only
     int *sel;                           // (T, K)
     float *w;                           // (T, K)

@@ -178,10 +178,10 @@ typedef struct {
     ledger *L;
     int dev, K, last_pos0;
 } gate_ctx;
-static void on_route(void *ctx, int layer, int pos, const int *sel, const float *w, int k) {
+static void on_route(void *ctx, int layer, int pos, const int *sel, const float *w, int k, float margin) {
     gate_ctx *g = ctx;
     sd_status st = {0};
-    cr_assert_eq(ledger_record_host(g->L, g->dev, layer, pos, sel, w, k, NAN, &st), SD_OK, "%s", st.msg);
+    cr_assert_eq(ledger_record_host(g->L, g->dev, layer, pos, sel, w, k, margin, &st), SD_OK, "%s", st.msg);
 }
 static ledger_row *g_rows;
 static size_t g_n_rows;

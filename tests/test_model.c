@@ -11,7 +11,8 @@
 typedef struct { int layer, pos, sel[8]; double w[8]; } route_row;
 typedef struct { route_row *rows; int n, cap; } route_log;
 
-static void record_route(void *ctx, int layer, int pos, const int *sel, const float *w, int k) {
+static void record_route(void *ctx, int layer, int pos, const int *sel, const float *w, int k, float margin) {
+    (void)margin;
     route_log *l = ctx;
     if (l->n == l->cap) l->rows = realloc(l->rows, sizeof *l->rows * (size_t)(l->cap = l->cap ? 2 * l->cap : 64));
     route_row *r = &l->rows[l->n++];

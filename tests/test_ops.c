@@ -11,6 +11,7 @@
 #include "common.h" // synth_from, load_config
 #include "layers.h" // sd_kda_forward, sd_mla_forward, sd_moe_route, sd_moe_forward, sd_ffn_forward
 #include "ops.h"    // sd_dot_*, sd_linear, sd_rmsnorm, conversions
+#include "route.h"  // sd_route_select, sd_route_margin
 
 #define TINY "configs/tiny.json" // 4 layers: KDA 0,1,3, MLA 2; dense 0, MoE 1-3 (E=8, K=2, G=2)
 #define SEED 0x5eed0b5ull
@@ -397,6 +398,31 @@ Test(route, table) {
             double e = fabs(wts[j] - rc->w[j]) / fabs(rc->w[j]);
             cr_expect(e <= ROUTE_TOL, "%s: w[%d] = %.9g, expected %.9g", rc->name, j, wts[j], rc->w[j]);
         }
+        // The host selection from the logits (route.h) is the same routing, bit for bit, and its
+        // margin is the K-th chosen s' minus the best eligible one left out (brute force here).
+        float logits[RE], work_sel[4], margin = NAN;
+        int sel2[4];
+        unsigned char work[sizeof(float) * (2 * RE + RE) + 2 * RE];
+        cr_assert(sd_route_work_bytes(&c) <= sizeof work);
+        for (int e = 0; e < RE; e++) logits[e] = sd_dot_f32(router + e * D, b, D);
+        sd_route_select(logits, bias, &c, work, sel2, work_sel, &margin);
+        cr_expect(!memcmp(sel2, sel, sizeof(int) * rc->K) && !memcmp(work_sel, wts, sizeof(float) * rc->K),
+                  "%s: sd_route_select differs from sd_moe_route", rc->name);
+        const int per = RE / rc->G;
+        float chosen = INFINITY, best_out = -INFINITY;
+        for (int j = 0; j < rc->K; j++) {
+            const float sp = 1.0f / (1.0f + expf(-logits[sel[j]])) + bias[sel[j]];
+            chosen = sp < chosen ? sp : chosen;
+        }
+        for (int e = 0; e < RE; e++) {
+            bool in_sel = false, group_kept = false;
+            for (int j = 0; j < rc->K; j++) in_sel |= sel[j] == e, group_kept |= sel[j] / per == e / per;
+            const float sp = 1.0f / (1.0f + expf(-logits[e])) + bias[e];
+            if (!in_sel && (rc->G == 1 || group_kept) && sp > best_out) best_out = sp;
+        }
+        const float want = best_out == -INFINITY ? INFINITY : chosen - best_out;
+        cr_expect(margin == want, "%s: margin %.9g, expected %.9g", rc->name, margin, want);
+        cr_expect(sd_route_margin(logits, bias, &c) == margin, "%s: sd_route_margin", rc->name);
     }
 }
 

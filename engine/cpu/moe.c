@@ -1,7 +1,9 @@
 // moe.c — SwiGLU FFN and the MoE block on the CPU (MODEL.md "MoE": routing in fp32).
+#include <stdlib.h>
 #include <string.h>
 #include "ops.h"    // sd_dot_*, sd_linear, sd_rmsnorm, activations
 #include "layers.h"
+#include "route.h"  // sd_route_select: MODEL.md's selection from the logits
 
 void sd_ffn_forward(const sd_ffn_weights *w, const float *x, int T, float *out, float *h1, float *h2) {
     const int I = w->gate.rows;
@@ -11,59 +13,32 @@ void sd_ffn_forward(const sd_ffn_weights *w, const float *x, int T, float *out, 
     sd_linear(&w->down, h1, T, out);
 }
 
-// Index of the largest v[i] over i < n not yet taken; ties go to the lower index (strict >).
-static int take_max(const float *v, int n, const unsigned char *taken) {
-    int best = -1;
-    for (int i = 0; i < n; i++)
-        if (!taken[i] && (best < 0 || v[i] > v[best])) best = i;
-    return best;
+// The router's logits of one token b: one fixed-order dot per expert.
+static void router_logits(const sd_moe_weights *w, const sd_config *c, const float *b, float *logits) {
+    for (int e = 0; e < c->num_experts; e++) logits[e] = sd_dot_f32(w->router + (size_t)e * c->hidden_size, b, c->hidden_size);
 }
 
 void sd_moe_route(const sd_moe_weights *w, const sd_config *c, const float *b, int *sel, float *wts) {
-    const int E = c->num_experts, K = c->num_experts_per_token, D = c->hidden_size;
-    const int G = c->num_expert_group, per = E / G;
-    float s[E], sp[E];
-    unsigned char taken[E];
-    for (int e = 0; e < E; e++) {
-        s[e] = sd_sigmoid(sd_dot_f32(w->router + (size_t)e * D, b, D));
-        sp[e] = s[e] + w->bias[e];
+    float *logits = malloc(sizeof(float) * (size_t)c->num_experts);
+    void *work = malloc(sd_route_work_bytes(c));
+    if (logits && work) {
+        router_logits(w, c, b, logits);
+        sd_route_select(logits, w->bias, c, work, sel, wts, NULL);
+    } else {
+        for (int j = 0; j < c->num_experts_per_token; j++) sel[j] = -1, wts[j] = NAN; // never a silent route
     }
-    if (G > 1) { // keep the topk_group groups with the best (top-2 sum) score; mask the rest
-        float gscore[G];
-        unsigned char gtaken[G];
-        for (int g = 0; g < G; g++) { // the two largest (config.c guarantees per >= 2)
-            const float *v = sp + g * per;
-            float top = v[0] > v[1] ? v[0] : v[1], second = v[0] > v[1] ? v[1] : v[0];
-            for (int i = 2; i < per; i++) {
-                if (v[i] > top) { second = top; top = v[i]; }
-                else if (v[i] > second) second = v[i];
-            }
-            gscore[g] = top + second;
-            gtaken[g] = 0;
-        }
-        for (int kept = 0; kept < c->topk_group; kept++) gtaken[take_max(gscore, G, gtaken)] = 1;
-        for (int e = 0; e < E; e++)
-            if (!gtaken[e / per]) sp[e] = -INFINITY;
-    }
-    memset(taken, 0, (size_t)E);
-    float sum = 0.0f;
-    for (int j = 0; j < K; j++) {
-        sel[j] = take_max(sp, E, taken);
-        taken[sel[j]] = 1;
-        wts[j] = s[sel[j]];
-        sum += wts[j];
-    }
-    for (int j = 0; j < K; j++) {
-        if (c->moe_renormalize) wts[j] = wts[j] / sum;
-        wts[j] = wts[j] * c->routed_scaling_factor;
-    }
+    free(logits);
+    free(work);
 }
 
 void sd_moe_forward(const sd_moe_weights *w, const sd_config *c, sd_state *s, const float *b, int T, float *out) {
     const int E = c->num_experts, K = c->num_experts_per_token, D = c->hidden_size;
     sd_scratch *x = &s->scratch;
-    for (int t = 0; t < T; t++)
-        sd_moe_route(w, c, b + (size_t)t * D, x->sel + (size_t)t * K, x->w + (size_t)t * K);
+    for (int t = 0; t < T; t++) { // the logits stay in the scratch (the route tap's margins)
+        router_logits(w, c, b + (size_t)t * D, x->router + (size_t)t * E);
+        sd_route_select(x->router + (size_t)t * E, w->bias, c, x->route_work, x->sel + (size_t)t * K, x->w + (size_t)t * K,
+                        NULL);
+    }
 
     // Each selected expert runs once over the tokens that chose it (its weights are read once
     // per forward); its output rows go to exp_out[t][j]. Per token this is the same arithmetic

@@ -45,6 +45,8 @@ typedef struct sd_cuda_backend {
     int *accept_ints_host;       // (SD_CUDA_ACCEPT_INTS)
     float *w_host;               // (route_cap)
     size_t route_cap;
+    float *router_host;          // (router_cap) the route tap's router logits (T, E), then the bias (E)
+    size_t router_cap;
     int *groups_host;            // (groups_cap) the eager MoE arm's grouping, uploaded each layer
     size_t groups_cap;
     struct sd_prefill_scratch *prefill; // the prefill's scratch (cuda_prefill.h), made at the first prefill

@@ -43,6 +43,10 @@ sd_code sd_cuda_moe_block(sd_cuda_backend *b, const sd_moe_weights *w, const sd_
                           sd_status *st);
 // sel and w of T tokens (the state's device scratch) into b->sel_host / b->w_host; drains the stream.
 sd_code sd_cuda_read_route(sd_cuda_backend *b, const sd_state *s, int T, int K, sd_status *st);
+// The router logits of T tokens (the state's scratch, (T, E)) and the score correction bias (E,
+// device memory) into b->router_host, the bias after the logits; drains the stream. For the
+// route tap's margins (route.h).
+sd_code sd_cuda_read_router(sd_cuda_backend *b, const sd_state *s, const float *bias, int T, int E, sd_status *st);
 // Does sd_cuda_head launch anything (logits, an argmax, softmax rows or draws asked for)?
 bool sd_cuda_head_launches(const float *logits, const sd_forward_opts *opts);
 // Is p an allocation in b's device memory? Else a usage error naming `what` (device.c).

@@ -54,6 +54,23 @@ sd_code sd_cuda_read_route(sd_cuda_backend *b, const sd_state *s, int T, int K, 
     return SD_OK;
 }
 
+sd_code sd_cuda_read_router(sd_cuda_backend *b, const sd_state *s, const float *bias, int T, int E, sd_status *st) {
+    const size_t n = (size_t)(T + 1) * E;
+    if (n > b->router_cap) {
+        cudaFreeHost(b->router_host);
+        b->router_host = NULL;
+        b->router_cap = 0;
+        SD_CUDA_CHECK(st, cudaMallocHost((void **)&b->router_host, n * sizeof(float)));
+        b->router_cap = n;
+    }
+    SD_CUDA_CHECK(st, cudaMemcpyAsync(b->router_host, s->scratch.router, (size_t)T * E * sizeof(float),
+                                      cudaMemcpyDeviceToHost, b->stream));
+    SD_CUDA_CHECK(st, cudaMemcpyAsync(b->router_host + (size_t)T * E, bias, (size_t)E * sizeof(float),
+                                      cudaMemcpyDeviceToHost, b->stream));
+    SD_CUDA_CHECK(st, cudaStreamSynchronize(b->stream));
+    return SD_OK;
+}
+
 // Eager arm: the host reads sel back, groups the entries by expert (the CPU's grouping), and
 // launches each selected expert (up, then down into exp_out) over its tokens; then the combine.
 static sd_code experts_eager(sd_cuda_backend *b, sd_state *s, const sd_cuda_moe_args *ma, sd_status *st) {

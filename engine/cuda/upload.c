@@ -33,6 +33,7 @@ static void backend_release(sd_cuda_backend *b) {
     cudaFreeHost(b->accept_ints_host);
     cudaFreeHost(b->sel_host);
     cudaFreeHost(b->w_host);
+    cudaFreeHost(b->router_host);
     cudaFreeHost(b->groups_host);
     sd_cuda_prefill_release(b);
     if (b->own_stream) cudaStreamDestroy(b->own_stream);

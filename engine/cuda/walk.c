@@ -15,6 +15,7 @@
 #include "linear.h"        // sd_cuda_linear, sd_cuda_linear_multi
 #include "cursor.h"        // sd_pos_cursor, sd_cuda_cursor_advance
 #include "mla.h"           // sd_cuda_mla_attend
+#include "route.h"         // sd_route_margin (the route tap's margins, on the host)
 #include "cuda_scratch.h"  // sd_cuda_scratch_of
 #include "rows.h"          // sd_cuda_embed
 
@@ -151,10 +152,13 @@ static sd_code layer_forward(sd_cuda_backend *b, const sd_model *m, sd_state *s,
     if (ly->is_moe) {
         rc = sd_cuda_moe_block(b, &ly->moe, c, s, i, x->a, T, x->x, true, &post_norm, opts ? opts->ledger : NULL, st);
         const int K = c->num_experts_per_token;
-        if (!rc && opts && opts->on_route && !(rc = sd_cuda_read_route(b, s, T, K, st)))
+        const int E = c->num_experts;
+        if (!rc && opts && opts->on_route && !(rc = sd_cuda_read_route(b, s, T, K, st)) &&
+            !(rc = sd_cuda_read_router(b, s, ly->moe.bias, T, E, st)))
             for (int t = 0; t < T; t++)
                 opts->on_route(opts->route_ctx, i, sd_state_next_pos(s) + t, b->sel_host + (size_t)t * K,
-                               b->w_host + (size_t)t * K, K);
+                               b->w_host + (size_t)t * K, K,
+                               sd_route_margin(b->router_host + (size_t)t * E, b->router_host + (size_t)T * E, c));
     } else {
         rc = dense_ffn(b, &ly->dense, x->a, T, x->ffn_h1, x->x, true, &post_norm, st);
     }

@@ -4,7 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-void sd_tp_route_record(void *ctx, int layer, int pos, const int *sel, const float *w, int k) {
+void sd_tp_route_record(void *ctx, int layer, int pos, const int *sel, const float *w, int k, float margin) {
+    (void)margin; // the ranks compare sel and w; the margin follows from the same logits
     sd_tp_route_log *log = ctx;
     if (log->broken) return;
     if (k > 16 || (log->k && k != log->k)) { log->broken = true; return; }

@@ -21,7 +21,7 @@ typedef struct {
 } sd_tp_route_log;
 
 // The on_route callback of sd_forward_opts; route_ctx = the rank's sd_tp_route_log (zeroed).
-void sd_tp_route_record(void *log, int layer, int pos, const int *sel, const float *w, int k);
+void sd_tp_route_record(void *log, int layer, int pos, const int *sel, const float *w, int k, float margin);
 void sd_tp_route_log_free(sd_tp_route_log *log);
 
 typedef struct {
