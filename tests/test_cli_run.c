@@ -85,6 +85,9 @@ Test(cli_run, graph_door_is_refused_off_the_gpu) {
     setenv("SPECDEC_DECODE_GRAPH", "yes", 1);
     expect_fail("SPECDEC_DECODE_GRAPH=yes", plain, 2, "SPECDEC_DECODE_GRAPH");
     unsetenv("SPECDEC_DECODE_GRAPH");
+    setenv("SPECDEC_GRAPH_SEL_LEDGER", "1", 1); // the ledger records inside the door's graphs only
+    expect_fail("SPECDEC_GRAPH_SEL_LEDGER=1 without --graph", plain, 2, "--graph");
+    unsetenv("SPECDEC_GRAPH_SEL_LEDGER");
     cr_expect(!exists(r), "a refused run wrote its receipt");
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 #include <stdbool.h>
 #include "model.h" // sd_model
+#include "synth.h" // sd_synth_opts
 
 typedef enum { SD_CLI_BACKEND_AUTO = 0, SD_CLI_BACKEND_CPU, SD_CLI_BACKEND_CUDA } sd_cli_backend;
 
@@ -15,6 +16,16 @@ sd_code sd_cli_backend_resolve(sd_cli_backend *b, sd_status *st);
 // in *dev, the host model freed, and *use = dev. (Models are never copied by value: their
 // tensor tables point into them.)
 sd_code sd_cli_to_backend(sd_cli_backend b, sd_model *host, sd_model *dev, sd_model **use, sd_status *st);
+// The same, onto CUDA device `ordinal` (the CPU: *use = host), the host model kept: for a command
+// that runs one model on every device in turn.
+sd_code sd_cli_to_device(sd_cli_backend b, const sd_model *host, int ordinal, sd_model *dev, sd_model **use,
+                         sd_status *st);
+// sd_synth_model(cfg, o) on the backend: on the host for the CPU, made in device memory on CUDA
+// device `ordinal` (no host copy: a model as large as the device fits).
+sd_code sd_cli_synth_on(sd_cli_backend b, const sd_config *cfg, const sd_synth_opts *o, int ordinal, sd_model *out,
+                        sd_status *st);
+// The first `rows` rows of the state's logits scratch (the last forward's), copied to the host.
+sd_code sd_cli_read_logits(const sd_model *m, const sd_state *s, int rows, float *out, sd_status *st);
 // "cpu" / "cuda", and the device's name ("NVIDIA H200", or the CPU's model name).
 const char *sd_cli_backend_name(sd_cli_backend b);
 void sd_cli_device_name(const sd_model *m, char *buf, size_t len);

@@ -15,6 +15,7 @@
 #include "interrupt.h"      // sd_cli_stop_signal
 #include "receipt.h"        // receipt_writer
 #include "run_options.h"    // run_opts, run_parse
+#include "run_ledger.h"     // run_ledger (SPECDEC_GRAPH_SEL_LEDGER)
 #include "run_report.h"     // run_reporter, run_print_*
 #include "spec.h"           // sd_spec_generate
 #include "tp_select.h"      // sd_cli_tp_*
@@ -36,7 +37,8 @@ static sd_code open_receipt(receipt_writer *w, const run_opts *o, const sd_model
     char flags[96], device[256], cpu[256];
     sd_cli_device_name(t, device, sizeof device);
     sd_cli_cpu_model(cpu, sizeof cpu);
-    snprintf(flags, sizeof flags, "SPECDEC_SPEC_TRACE=%d SPECDEC_DECODE_GRAPH=%d", level, o->graph);
+    snprintf(flags, sizeof flags, "SPECDEC_SPEC_TRACE=%d SPECDEC_DECODE_GRAPH=%d%s", level, o->graph,
+             o->ledger ? " SPECDEC_GRAPH_SEL_LEDGER=1" : "");
     receipt_env env = {
         .version = SPECDEC_VERSION, .commit = SPECDEC_GIT_COMMIT,
         .config_sha256 = t->config_sha256,
@@ -130,11 +132,18 @@ static sd_code ranks_agree(const generation *g, int ranks, sd_status *st) {
     return SD_OK;
 }
 
-// --graph: the door on rank 0's states (run_options.c refuses --graph with --tp).
-static sd_code open_door(const run_opts *o, generation *g, const sd_model *target, trace_burst *tb, sd_cli_door **door,
-                         sd_status *st) {
-    const sd_cli_door_opts dopt = {.k = g->draft ? (int)o->k : 0, .temperature = (float)o->temperature, .seed = o->seed,
-                                   .trace = tb->level ? tb : NULL};
+// --graph: the door on rank 0's states (run_options.c refuses --graph with --tp), with the
+// selection ledger's recorder inside its graphs when armed.
+static sd_code open_door(const run_opts *o, generation *g, const sd_model *target, trace_burst *tb, run_ledger *rl,
+                         sd_cli_door **door, sd_status *st) {
+    sd_cli_door_opts dopt = {.k = g->draft ? (int)o->k : 0, .temperature = (float)o->temperature, .seed = o->seed,
+                             .trace = tb->level ? tb : NULL};
+    if (o->ledger) {
+        run_ledger_init(rl, target);
+        dopt.ledger = &rl->L;
+        dopt.after_target = run_ledger_after_target;
+        dopt.ctx = rl;
+    }
     SD_TRY(sd_cli_door_open(o->be, target, &g->ts[0], g->draft, &g->ds[0], &dopt, door, st));
     g->ctl[0].runner = sd_cli_door_runner(*door);
     return SD_OK;
@@ -152,6 +161,7 @@ int cmd_run(int argc, char **argv) {
     memset(dev, 0, sizeof dev);
     sd_tp_group group = {0};
     sd_cli_door *door = NULL;
+    run_ledger rl = {0};
     receipt_writer rw = {0};
     trace_timeline tl = {0};
     char layout_buf[2048];
@@ -186,7 +196,7 @@ int cmd_run(int argc, char **argv) {
     trace_burst_begin(&tb, c ? 0 : level, o.spec ? (int)o.k : 0, sync_both, use);
     if (o.chrome) trace_burst_use_timeline(&tb, &tl);
     gen.tb = level ? &tb : NULL;
-    if (!c && o.graph) c = open_door(&o, &gen, use[0], &tb, &door, &st);
+    if (!c && o.graph) c = open_door(&o, &gen, use[0], &tb, &rl, &door, &st);
     if (!c && o.receipt) c = open_receipt(&rw, &o, use[0], use[1], level, source, threads, layout, &st);
 
     run_reporter rep;
@@ -202,6 +212,8 @@ int cmd_run(int argc, char **argv) {
     sd_cli_interrupt_restore();
     if (generating) run_reporter_end(&rep);
     if (!c) c = ranks_agree(&gen, ranks, &st);
+    if (!c && o.ledger && !(c = run_ledger_finish(&rl, &st)))
+        fprintf(stderr, "%s: selection ledger: %zu rows recorded inside the graphs, every slot written\n", cmd, rl.rows);
     const sd_gen_control *ctl = &gen.ctl[0];
 
     // Everything the run finished is reported and banked, interrupted or not.
@@ -221,6 +233,7 @@ int cmd_run(int argc, char **argv) {
 
     if (group.abandoned) return sd_cli_fail(cmd, &st); // a rank's thread may still read what we hold
     sd_cli_door_close(door);
+    if (o.ledger) run_ledger_free(&rl);
     receipt_close(&rw);
     trace_timeline_free(&tl);
     for (int r = 0; r < ranks; r++) {

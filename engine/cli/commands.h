@@ -5,3 +5,4 @@ int cmd_run(int argc, char **argv);
 int cmd_init(int argc, char **argv);
 int cmd_forward(int argc, char **argv);
 int cmd_receipt(int argc, char **argv);
+int cmd_gate(int argc, char **argv);

@@ -13,6 +13,7 @@ static const struct {
     {"init", cmd_init, "synthesise a model directory (and a derived draft) from a config"},
     {"forward", cmd_forward, "teacher-forced logits of a token sequence, to a safetensors file"},
     {"receipt", cmd_receipt, "parse banked trace lines; compare two receipts' phase shares"},
+    {"gate", cmd_gate, "graph-sel: the decode-graph door's MoE routing against the eager host oracle"},
 };
 enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
 

@@ -12,6 +12,15 @@
 #include "spec.h" // SD_SPEC_MAX_K
 
 #define DECODE_GRAPH_ENV "SPECDEC_DECODE_GRAPH"
+#define LEDGER_ENV "SPECDEC_GRAPH_SEL_LEDGER"
+
+// A 0/1 switch of the environment: *on; false (and a usage error) for any other value.
+static bool env_switch(const char *name, bool *on, sd_status *st) {
+    const char *v = getenv(name);
+    *on = v && !strcmp(v, "1");
+    if (v && strcmp(v, "0") && strcmp(v, "1")) return sd_fail(st, SD_ERR_USAGE, "%s must be 0 or 1, got '%s'", name, v), false;
+    return true;
+}
 
 static const char *HELP =
     "usage: specdec run [--model DIR] [--draft DIR --k K] [--prompt IDS | --prompt-file FILE | --prompt-len N]\n"
@@ -138,10 +147,12 @@ static bool check_models(const run_given *g, run_opts *o, sd_status *st) {
     o->spec = (o->demo || g->draft) && !g->plain;
     o->k = DEMO_K;
     if (g->draft && !g->model) return sd_fail(st, SD_ERR_USAGE, "--draft needs --model"), false;
-    const char *env = getenv(DECODE_GRAPH_ENV);
-    if (env && strcmp(env, "0") && strcmp(env, "1"))
-        return sd_fail(st, SD_ERR_USAGE, "%s must be 0 or 1, got '%s'", DECODE_GRAPH_ENV, env), false;
-    o->graph = g->graph || (env && !strcmp(env, "1"));
+    bool env_graph;
+    if (!env_switch(DECODE_GRAPH_ENV, &env_graph, st) || !env_switch(LEDGER_ENV, &o->ledger, st)) return false;
+    o->graph = g->graph || env_graph;
+    if (o->ledger && !o->graph)
+        return sd_fail(st, SD_ERR_USAGE, "%s=1 arms the selection ledger inside the door's graphs: it needs --graph "
+                                         "(or %s=1)", LEDGER_ENV, DECODE_GRAPH_ENV), false;
     if (o->graph && g->tp)
         return sd_fail(st, SD_ERR_USAGE, "--graph with --tp: the door runs one device's rounds (no ranks yet)"), false;
     return !sd_cli_backend_parse(g->backend, &o->be, st) &&

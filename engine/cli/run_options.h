@@ -15,6 +15,7 @@ typedef struct run_opts {
     long k, threads;           // threads 0: the default (host_cpu.h)
     sd_cli_tp tp;              // --tp: emulated ranks (tp.ranks 0: one device)
     bool graph;                // --graph / SPECDEC_DECODE_GRAPH=1: rounds through the decode-graph door
+    bool ledger;               // SPECDEC_GRAPH_SEL_LEDGER=1: the selection ledger armed in the door's graphs
     // input
     int *prompt, n_prompt;     // malloc'd; synthesised from seed unless prompt_given
     bool prompt_given;
