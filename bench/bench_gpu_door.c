@@ -122,6 +122,7 @@ static double generate(pair *p, const bench_opts *o, const run_kind *rk, sd_acce
         uint32_t round = 0;
         if (k) {
             OKS(sd_cuda_door_round(door, x, round++, emit, &n, &st_));
+            if (rk->trace) trace_burst_round(rk->trace, n, n + 1);
             done = n + 1;
             x = emit[n];
         } else {
@@ -133,6 +134,7 @@ static double generate(pair *p, const bench_opts *o, const run_kind *rk, sd_acce
             if (k) {
                 OKS(sd_cuda_door_round(door, x, round++, emit, &n, &st_));
                 sd_stats_add_round(stats, k, n, n + 1);
+                if (rk->trace) trace_burst_round(rk->trace, n, n + 1); // the burst counts what its phases timed
                 done += n + 1;
                 x = emit[n];
             } else {

@@ -78,6 +78,7 @@ static sd_code spec_round(spec_run *r, int *emit, int *n_accepted, sd_status *st
                                    .probs = greedy(r) ? NULL : r->p, .on_route = c ? c->on_route : NULL,
                                    .route_ctx = c ? c->route_ctx : NULL, .ledger = c ? c->ledger : NULL};
     int n = 0, bonus = 0;
+    trace_round_begin(tb);
     trace_phase_begin(TRACE_PHASE_DRAFT);                                       /* 1. draft */
     sd_code rc = draft_propose(r, st);
     trace_phase_end(tb, TRACE_PHASE_DRAFT);

@@ -394,6 +394,24 @@ Test(trace_clock, phases_accumulate_elapsed_time) {
     cr_expect_eq(b.bucket_ns[TRACE_BUCKET_VKDA], 0, "buckets are level 2 only");
 }
 
+// What runs before a round (a prefill, a capture, the loop between rounds) is no phase's.
+Test(trace_clock, time_before_a_round_is_no_phases) {
+    trace_burst b;
+    int calls = 0;
+    trace_burst_begin(&b, 1, 4, check_ctx, &calls);
+    spin_us(20000); // the prefill
+    trace_round_begin(&b);
+    spin_us(1000);
+    trace_phase_end(&b, TRACE_PHASE_DRAFT);
+    cr_expect_lt(b.phase_ns[TRACE_PHASE_DRAFT], 15000000, "draft charged %llu ns: the time before the round leaked in",
+                 (unsigned long long)b.phase_ns[TRACE_PHASE_DRAFT]);
+    cr_expect_geq(b.phase_ns[TRACE_PHASE_DRAFT], 1000000);
+    cr_expect_eq(calls, 3, "begin, the round's mark and the phase end each drain the backend");
+    trace_burst_begin(&b, 0, 4, check_ctx, &calls);
+    trace_round_begin(&b);
+    cr_expect_eq(calls, 3, "level 0 never drains");
+}
+
 Test(trace_clock, begin_drains_a_previous_burst) {
     trace_burst b = hand_burst(2);
     trace_burst_begin(&b, 1, 3, NULL, NULL);

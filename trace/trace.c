@@ -89,6 +89,10 @@ void trace_phase_begin(trace_phase phase) {
     if (phase >= 0 && phase < TRACE_N_PHASES) TRACE_RANGE_PUSH(phase_names[phase]);
 }
 
+void trace_round_begin(trace_burst *b) {
+    if (b && b->level >= 1) b->t_mark = trace_boundary(b);
+}
+
 void trace_phase_end(trace_burst *b, trace_phase ended) {
     if (ended < 0 || ended >= TRACE_N_PHASES) return;
     TRACE_RANGE_POP();

@@ -85,6 +85,10 @@ typedef struct trace_burst {
 
 // Start a burst (drains the accumulators; reads the clock when level >= 1).
 void trace_burst_begin(trace_burst *b, int level, int k, void (*sync)(void *), void *sync_ctx);
+// A round starts: at level >= 1 the backend is drained and the clock marked, so what ran since
+// the last phase ended — the prefill, the loop's bookkeeping between rounds, a graph capture — is
+// charged to no phase. The five phases of a round then sum to the round's time.
+void trace_round_begin(trace_burst *b);
 // A phase opens its NVTX range ("draft", "verify", ...) at every level, so a profile shows the
 // round's structure even with the trace off.
 void trace_phase_begin(trace_phase phase);

@@ -274,6 +274,7 @@ sd_code sd_cuda_door_round(sd_cuda_door *d, int x, uint32_t round, int *emit, in
         SD_TRY(launch(d, G_ROUND, st));
         SD_TRY(drain(d, st));
     } else {
+        trace_round_begin(tb); // a capture just now is no phase's
         for (int g = G_DRAFT; g <= G_MAINT; g++) {
             trace_phase_begin((trace_phase)g);
             SD_TRY(launch(d, g, st));
