@@ -33,8 +33,8 @@ void run_to_bf16(const op_case *c) {
     free(x); free(want); free(got);
 }
 
-// The cuBLASLt wrapper (gemm.h) exports sd_gemm_*, which test_op_coverage does not list (its names
-// are not sd_cuda_); its cases name the launcher they check with it, sd_cuda_to_bf16.
+// A case's .op names the wrapper's calls it makes: sd_gemm_create, sd_gemm_run and sd_cuda_to_bf16;
+// sd_gemm_linear and sd_gemm_linear_bf16 too where the shape is a Linear's (batch 1, WT).
 // shape: M, N, K, batch, op (SD_GEMM_WT, SD_GEMM_WN), xgap, ygap, beta. Problem b: W_b at b·(its size
 // + 8) elements (WT [N, K], WN [K, N], rows packed), X_b the columns b·(K + xgap) .. of rows
 // batch·(K + xgap) wide, Y_b likewise with N + ygap (the MLA absorptions' layout): Y = X·op(W) (+ Y0
