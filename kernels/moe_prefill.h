@@ -1,7 +1,7 @@
 // moe_prefill.h — the MoE block (and the SwiGLU of every FFN) over a long prompt on the GPU
 // (MODEL.md "MoE"; the CPU op: engine/cpu/moe.c sd_moe_forward), the kernels around the prefill's
 // expert GEMMs (engine/cuda/prefill.c). The T·K (token, slot) entries are grouped by expert as the
-// CPU and kernels/moe.h group them — experts ascending, each expert's entries in (token, slot)
+// CPU and kernels/moe_route.h group them — experts ascending, each expert's entries in (token, slot)
 // order — so the expert GEMMs run over contiguous rows: entry i = t·K + j takes row inv[i] of the
 // grouped buffers, whose row r holds token row_tok[r]. Every pointer is device memory.
 #pragma once

@@ -30,8 +30,16 @@
     } while (0)
 
 // ---------------------------------------------------------------------------- harness
-static uint64_t case_seed; // the running case's: every input of a case is drawn from it
-static char LABEL[256];    // the running case, at the head of every message
+// The running case's seed (every input of a case is drawn from it) and label (at the head of every
+// message). A suite of several files defines SD_HARNESS_SHARED in each: one pair for all of them, which
+// its main file defines.
+#ifdef SD_HARNESS_SHARED
+extern uint64_t case_seed;
+extern char LABEL[256];
+#else
+static uint64_t case_seed;
+static char LABEL[256];
+#endif
 
 static inline uint64_t seed_of(int k) { return case_seed + 7919u * (uint64_t)k; }
 

@@ -1,9 +1,10 @@
-// test_op_coverage.c — the op table of tests/test_cuda_ops.c covers every exported launcher:
-// each declaration `sd_code sd_cuda_<name>(` in kernels/*.h must be named by some case's .op
-// string there, and every name a case lists must be declared by a header (a stale case fails
-// too). It reads source text only, so it is a CPU suite: it runs, and must pass, without a GPU.
-// The parser is checked first on a text whose answer is known (a canary that must fail), so a
-// parser that finds nothing cannot pass.
+// test_op_coverage.c — the op table of test_cuda_ops (tests/test_cuda_ops.c and every file of
+// tests/cuda_ops/) covers every exported launcher: each declaration `sd_code sd_cuda_<name>(` in
+// kernels/*.h, and `sd_code sd_gemm_<name>(` of the cuBLASLt wrapper (gemm.h), must be named by
+// some case's .op string there, and every name a case lists must be declared by a header (a stale
+// case fails too). It reads source text only, so it is a CPU suite: it runs, and must pass,
+// without a GPU; a file of the table that is missing fails it. The parser is checked first on a
+// text whose answer is known (a canary that must fail), so a parser that finds nothing cannot pass.
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <stdio.h>
@@ -88,8 +89,20 @@ static char *strip_comments(const char *s) {
     return o;
 }
 
+// The prefixes of exported launchers: the kernels' and the GEMM wrapper's.
+static const char *const LAUNCHER_PREFIX[] = {"sd_cuda_", "sd_gemm_"};
+
+static int is_launcher(const char *name, size_t len) {
+    for (size_t i = 0; i < sizeof LAUNCHER_PREFIX / sizeof *LAUNCHER_PREFIX; i++) {
+        const size_t n = strlen(LAUNCHER_PREFIX[i]);
+        if (len > n && strncmp(name, LAUNCHER_PREFIX[i], n) == 0) return 1;
+    }
+    return 0;
+}
+
 // Every launcher declared in header text: the identifier after an `sd_code` token when it starts
-// with sd_cuda_ and an opening parenthesis follows (whitespace and line breaks allowed between).
+// with a LAUNCHER_PREFIX and an opening parenthesis follows (whitespace and line breaks allowed
+// between).
 static void collect_launchers(const char *text, const char *where, name_list *out) {
     char *t = strip_comments(text);
     for (const char *p = strstr(t, "sd_code"); p; p = strstr(p + 1, "sd_code")) {
@@ -100,7 +113,7 @@ static void collect_launchers(const char *text, const char *where, name_list *ou
         while (ident_char(*q)) q++;
         const size_t len = (size_t)(q - name);
         while (space_char(*q)) q++;
-        if (*q == '(' && len > 8 && strncmp(name, "sd_cuda_", 8) == 0) list_add(out, name, len, where);
+        if (*q == '(' && is_launcher(name, len)) list_add(out, name, len, where);
     }
     free(t);
 }
@@ -173,9 +186,41 @@ static char *read_text(const char *path) {
 }
 
 static int by_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static int ends_with(const char *s, const char *suffix) {
+    const size_t n = strlen(s), ns = strlen(suffix);
+    return n > ns && strcmp(s + n - ns, suffix) == 0;
+}
 
-// A text with a known answer: two launchers (one declared twice, one across a line break), none
-// of the commented-out or non-sd_code ones; two cases, one of them stale; one launcher uncovered.
+// The names of the files of dir (under the source tree) whose names end in one of the suffixes,
+// sorted; the caller frees each and the array. A folder that cannot be listed fails the test.
+static char **files_of(const char *dir, const char *const *suffixes, int n_suffixes, int *n_out) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", src_dir(), dir);
+    DIR *d = opendir(path);
+    cr_assert(d, "cannot list %s", path);
+    char **names = NULL;
+    int n = 0, cap = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        for (int i = 0; i < n_suffixes; i++) {
+            if (!ends_with(e->d_name, suffixes[i])) continue;
+            if (n == cap) {
+                cap = cap ? 2 * cap : 32;
+                names = realloc(names, sizeof *names * (size_t)cap);
+                cr_assert(names, "out of memory");
+            }
+            names[n++] = copy_of(e->d_name);
+            break;
+        }
+    }
+    closedir(d);
+    if (n > 1) qsort(names, (size_t)n, sizeof *names, by_name);
+    *n_out = n;
+    return names;
+}
+
+// A text with a known answer: three launchers (one declared twice, two across a line break, one of
+// the GEMM wrapper), none of the commented-out or non-sd_code ones; three case names, one of them
+// stale; one launcher uncovered.
 Test(op_coverage, parser_canary) {
     static const char header[] =
         "// sd_code sd_cuda_commented(int x);\n"
@@ -186,22 +231,28 @@ Test(op_coverage, parser_canary) {
         "bool sd_cuda_delta_fits(int T);\n"
         "static inline sd_code sd_other(int);\n"
         "typedef sd_code sd_cuda_fn_t;\n"
-        "sd_code sd_cuda_alpha(const float *x, int n, cudaStream_t stream, sd_status *st);\n";
+        "sd_code sd_cuda_alpha(const float *x, int n, cudaStream_t stream, sd_status *st);\n"
+        "sd_code sd_gemm_omega(sd_gemm *g,\n                      const sd_gemm_args *a, cudaStream_t stream, sd_status *st);\n"
+        "void sd_gemm_free(sd_gemm *g);\n"
+        "size_t sd_gemm_plans(const sd_gemm *g);\n";
     static const char table[] =
         "static const op_case CASES[] = {\n"
         "    {.op = \"sd_cuda_alpha\", .run = run_alpha, .shape = {1, 2}},\n"
         "    // {.op = \"sd_cuda_beta\", .run = run_beta},\n"
         "    {.op=\"sd_cuda_alpha, \" \"sd_cuda_stale\", .run = run_alpha},\n"
+        "    {.op = \"sd_gemm_omega\", .run = run_omega},\n"
         "};\n"
         "static const char *s = \"/* not a comment */ .op\";\n"
         "static int opt = 0; struct { int ops; } x = {.ops = 1};\n";
     name_list launchers = {0}, cases = {0};
     collect_launchers(header, "canary.h", &launchers);
     collect_cases(table, "canary.c", &cases);
-    cr_assert_eq(launchers.n, 2, "launchers found: %d", launchers.n);
+    cr_assert_eq(launchers.n, 3, "launchers found: %d", launchers.n);
     cr_assert(list_find(&launchers, "sd_cuda_alpha") >= 0 && list_find(&launchers, "sd_cuda_beta") >= 0);
-    cr_assert_eq(cases.n, 2, "case names found: %d", cases.n);
+    cr_assert(list_find(&launchers, "sd_gemm_omega") >= 0);
+    cr_assert_eq(cases.n, 3, "case names found: %d", cases.n);
     cr_assert(list_find(&cases, "sd_cuda_alpha") >= 0 && list_find(&cases, "sd_cuda_stale") >= 0);
+    cr_assert(list_find(&cases, "sd_gemm_omega") >= 0);
     char msg[2048] = "";
     cr_assert_eq(coverage_problems(&launchers, &cases, msg, sizeof msg), 2, "%s", msg);
     cr_assert(strstr(msg, "sd_cuda_beta (declared in canary.h) has no case"), "%s", msg);
@@ -213,25 +264,20 @@ Test(op_coverage, parser_canary) {
     list_free(&cases);
 }
 
+// The files of the op table: its main file and every .c and .h file of tests/cuda_ops/ (the run
+// functions, the header they share). Any of them may hold cases.
+static const char TABLE_MAIN[] = "tests/test_cuda_ops.c", TABLE_DIR[] = "tests/cuda_ops";
+
 Test(op_coverage, every_launcher_has_a_case) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/kernels", src_dir());
-    DIR *dir = opendir(path);
-    cr_assert(dir, "cannot list %s", path);
-    char *headers[256];
-    int nh = 0;
-    for (struct dirent *e; (e = readdir(dir));) {
-        const size_t len = strlen(e->d_name);
-        if (len > 2 && strcmp(e->d_name + len - 2, ".h") == 0) {
-            cr_assert(nh < 256, "too many headers in %s", path);
-            headers[nh++] = copy_of(e->d_name);
-        }
-    }
-    closedir(dir);
-    qsort(headers, (size_t)nh, sizeof *headers, by_name);
+    static const char *const h[] = {".h"}, *const ch[] = {".c", ".h"};
+    int nh, nt;
+    char **headers = files_of("kernels", h, 1, &nh), **table = files_of(TABLE_DIR, ch, 2, &nt);
+    int n_c = 0;
+    for (int i = 0; i < nt; i++) n_c += ends_with(table[i], ".c");
+    cr_assert(n_c > 0, "no C file in %s/%s: the op table's run functions are missing", src_dir(), TABLE_DIR);
     name_list launchers = {0}, cases = {0};
+    char path[4096], where[96];
     for (int i = 0; i < nh; i++) {
-        char where[96];
         snprintf(path, sizeof path, "%s/kernels/%s", src_dir(), headers[i]);
         snprintf(where, sizeof where, "kernels/%s", headers[i]);
         char *text = read_text(path);
@@ -239,14 +285,22 @@ Test(op_coverage, every_launcher_has_a_case) {
         free(text);
         free(headers[i]);
     }
-    snprintf(path, sizeof path, "%s/tests/test_cuda_ops.c", src_dir());
-    char *text = read_text(path);
-    collect_cases(text, "tests/test_cuda_ops.c", &cases);
-    free(text);
+    for (int i = -1; i < nt; i++) { // the main file first
+        if (i < 0) snprintf(where, sizeof where, "%s", TABLE_MAIN);
+        else snprintf(where, sizeof where, "%s/%s", TABLE_DIR, table[i]);
+        snprintf(path, sizeof path, "%s/%s", src_dir(), where);
+        char *text = read_text(path);
+        collect_cases(text, where, &cases);
+        free(text);
+        if (i >= 0) free(table[i]);
+    }
+    free(headers);
+    free(table);
     char msg[8192] = "";
     const int problems = coverage_problems(&launchers, &cases, msg, sizeof msg);
-    cr_log_info("%d launchers in %d headers of kernels/, %d launcher names in the op table", launchers.n, nh, cases.n);
-    cr_assert_eq(problems, 0, "the op table of tests/test_cuda_ops.c does not cover kernels/*.h:\n%s", msg);
+    cr_log_info("%d launchers in %d headers of kernels/, %d launcher names in the op table (%s and %d files of %s/)",
+                launchers.n, nh, cases.n, TABLE_MAIN, nt, TABLE_DIR);
+    cr_assert_eq(problems, 0, "the op table (%s, %s/) does not cover kernels/*.h:\n%s", TABLE_MAIN, TABLE_DIR, msg);
     list_free(&launchers);
     list_free(&cases);
 }

@@ -1,5 +1,5 @@
 // kda_chunk.c — the KDA recurrence of one head in its chunked (WY) form on the CPU (kda_scan.h
-// states the algebra). The reference the device's chunked kernels (kernels/kda_chunk.cu) mirror,
+// states the algebra). The reference the device's chunked kernels (kernels/kda_prefill.cu) mirror,
 // step for step: fp32 throughout, every sum in increasing index order.
 #include <math.h>
 #include "kda_scan.h"
