@@ -264,7 +264,7 @@ static sd_cuda_moe_args args_of(const lab_model &m, const lab_scratch &s, const 
     memset(&a, 0, sizeof a);
     a.table = m.d_table; a.groups = s.groups;
     a.T = T; a.K = K; a.E = E; a.D = D; a.Ie = IE;
-    a.x = x; a.w = s.w; a.h = s.h; a.exp_out = s.exp_out;
+    a.x = x; a.w = s.w; a.sel = s.sel; a.held_first = 0; a.held_count = E; a.h = s.h; a.exp_out = s.exp_out;
     a.shared_down = &m.d_sh_down;
     if (shared_in_up(T)) a.shared_gate = &m.d_sh_gate, a.shared_up = &m.d_sh_up;
     a.hs = s.hs; a.ld_hs = IE; a.shared_out = s.shared_out;

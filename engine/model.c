@@ -188,7 +188,7 @@ void sd_model_sync(void *model) {
 
 sd_code sd_prefill_rows(const sd_model *m, sd_state *s, const int *tokens, int n, float *logits, bool all_rows,
                         sd_status *st) {
-    if (n > SD_PREFILL_TOKEN_PATH_MAX && m->backend && m->backend->prefill)
+    if (n > SD_PREFILL_TOKEN_PATH_MAX && m->backend && m->backend->prefill && !m->comm) // the batch path has no collectives
         return m->backend->prefill(m, s, tokens, n, logits, all_rows, st);
     const size_t V = (size_t)m->cfg.vocab_size;
     for (int done = 0; done < n;) {

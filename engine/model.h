@@ -100,7 +100,8 @@ void sd_model_sync(void *model);
 // Prompts of up to SD_PREFILL_TOKEN_PATH_MAX tokens, and every prompt on a backend without a
 // prefill entry (the CPU reference), run as forwards of at most s->max_T tokens, each committed;
 // longer ones as the backend's prefill (docs/PREFILL.md: equal to the token path within MODEL.md's
-// tolerance, not bit for bit). The path depends on n alone, never on the state, so a plain and a
+// tolerance, not bit for bit) — except on a rank of a tensor-parallel group, which always takes the
+// token path (the backend's prefill has no collectives). The path depends on n alone, never on the state, so a plain and a
 // speculative run of one prompt prefill alike (spec ≡ greedy holds after either).
 #define SD_PREFILL_TOKEN_PATH_MAX 32
 sd_code sd_prefill(const sd_model *m, sd_state *s, const int *tokens, int n, float *last_logits, sd_status *st);

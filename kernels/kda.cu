@@ -161,7 +161,7 @@ extern "C" sd_code sd_cuda_kda_conv(float *conv_rows, int n_rows, const float *q
                                     cudaStream_t stream, sd_status *st) {
     SD_NVTX("sd_cuda_kda_conv");
     if (d < 1 || d > 1024) return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda kda: head_dim %d outside 1..1024", d);
-    if (T < 1) return SD_OK;
+    if (T < 1 || H < 1) return SD_OK; // a rank holding no head: nothing to compute
     if (T + W - 1 > n_rows)
         return sd_fail(st, SD_ERR_USAGE, "cuda kda conv: %d tokens and a %d-tap window need %d ring rows, the state has %d", T, W,
                        T + W - 1, n_rows);
@@ -458,7 +458,7 @@ extern "C" sd_code sd_cuda_kda_scan(float *S, int n_slots, sd_dev_pos n0, int T,
                                     const float *dt_bias, float *y, bool settled, cudaStream_t stream, sd_status *st) {
     SD_NVTX("sd_cuda_kda_scan");
     if (d < 1 || d > 1024) return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda kda: head_dim %d outside 1..1024", d);
-    if (T < 1) return SD_OK;
+    if (T < 1 || H < 1) return SD_OK; // a rank holding no head: nothing to compute
     if (T >= n_slots) return sd_fail(st, SD_ERR_USAGE, "cuda kda scan: %d tokens need more than %d state slots", T, n_slots);
     if (!A_log != !dt_bias) return sd_fail(st, SD_ERR_USAGE, "cuda kda scan: A_log and dt_bias come together");
     const bool vec = (((uintptr_t)qc | (uintptr_t)kc | (uintptr_t)gate) & 15) == 0;
@@ -494,7 +494,7 @@ extern "C" sd_code sd_cuda_kda_out(float *y, const float *gb, const float *o_nor
                                    cudaStream_t stream, sd_status *st) {
     SD_NVTX("sd_cuda_kda_out");
     if (d < 1 || d > 1024) return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda kda: head_dim %d outside 1..1024", d);
-    if (T < 1) return SD_OK;
+    if (T < 1 || H < 1) return SD_OK; // a rank holding no head: nothing to compute
     SD_CUDA_CHECK(st, sd_launch(out_kernel, dim3(H, T), sd_round32(d), 0, stream, y, gb, o_norm, eps, H, d));
     return SD_OK;
 }

@@ -12,6 +12,7 @@ extern "C" {
 #include "tensor.h"              // sd_mat
 #include "status.h"           // sd_code, sd_status
 
+// H = 0 (a tensor-parallel rank holding no KDA head) launches nothing.
 // Positions come from device memory (sd_dev_pos: a state's cursor, cursor.h), read by the kernels.
 // settled: the cursor, the conv rows before pos0 and the state slot n0 were written before the
 // forward began (its stream drained: the layer walk), so conv and scan read them before they

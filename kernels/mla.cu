@@ -458,7 +458,7 @@ extern "C" sd_code sd_cuda_mla_attend(float *mq, const sd_mat *kv_b, float *c, f
     if (dn < 1 || dn > 512) return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda mla: qk_nope_head_dim %d outside 1..512", dn);
     if (kv_b->dtype != SD_DT_BF16 && kv_b->dtype != SD_DT_F32)
         return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda mla: kv_b dtype %d is not F32 or BF16", (int)kv_b->dtype);
-    if (T < 1) return SD_OK;
+    if (T < 1 || Hm < 1) return SD_OK; // a rank holding no head: no attention, and no reader of the cache rows
     const bool bf16 = kv_b->dtype == SD_DT_BF16;
     const int es = bf16 ? 2 : 4;
     const sd_mla_write none = {0};

@@ -37,7 +37,8 @@ typedef struct {
 // launches (kernels/mla.cu): q̃ into qabs (T, Hm, R); a flash-decoding split of each token's rows
 // into at most SD_MLA_SPLIT chunks by its position alone, partials into part
 // (T, Hm, SD_MLA_SPLIT, R + 2); the chunks merged in chunk order and W_UV applied. Bitwise the
-// same for a token alone or inside a T-token call. settled: the cursor and the cache rows before
+// same for a token alone or inside a T-token call. Hm = 0 (a tensor-parallel rank holding no MLA
+// head) launches nothing, the cache write included: no head of the rank ever reads those rows. settled: the cursor and the cache rows before
 // pos0 were written before the forward began (its stream drained: the layer walk), so the split
 // starts copying those rows before it waits for its predecessor (pdl.h); false: after.
 sd_code sd_cuda_mla_attend(float *mq, const sd_mat *kv_b, float *c, float *kpe, int T, int Hm, int dn, int dr, int dv, int R,

@@ -28,11 +28,14 @@
 #define DOWN_ROWS_PER_WARP 4
 #define DOWN_SMEM_MAX (96 * 1024)        // down: the most shared memory a block's rows take
 
-typedef struct {
+typedef struct moe_params moe_params;
+struct moe_params {
     const sd_cuda_expert *table;
     const int *groups;
     int T, K, E, D, Ie;
     const float *x, *w;
+    const int *sel;
+    int held_first, held_count;
     float *h, *exp_out;
     const void *sgw, *suw; // shared gate and up (s_rows, D), or NULL: the up launch does not compute hs
     int sg_bf16, su_bf16, s_rows;
@@ -46,7 +49,12 @@ typedef struct {
     int *ready;       // moe_experts.h: (E + 2) readiness counters, or NULL (the down launch waits for the up launch)
     int up_routed, up_shared; // down, with ready: the up blocks that count into a routed expert's and
                               // the shared expert's counter (0: hs was written before the selection)
-} moe_params;
+};
+
+// Does this model hold expert e (moe_experts.h: a tensor-parallel rank's shard holds a range)?
+__device__ __forceinline__ bool moe_held(const moe_params &p, int e) {
+    return e >= p.held_first && e < p.held_first + p.held_count;
+}
 
 // Block: UP_ROWS rows r0.. of the group's expert; warp 2i computes gate rows r0+2i and r0+2i+1,
 // warp 2i+1 the same up rows, over the group's tokens (both rows' chunks in flight per lane);
@@ -82,6 +90,7 @@ moe_up_kernel(const __grid_constant__ moe_params p, int g_lo, int ent_lo, int en
         p1 = min(gstart[g + 1], ent_hi);
         if (p0 >= p1) return;
         key = L.gexp(p.groups)[g];
+        if (!moe_held(p, key)) return; // another rank's expert (its table entry is NULL; no down block waits on it)
         ex = p.table[key];
         rows = p.Ie;
     }
@@ -166,13 +175,19 @@ struct down_unit {
     int cols;
     int key;       // its readiness counter: the expert's, or E for the shared expert
     bool bf16;
+    bool held;     // false: another rank's expert — no dot, no wait (its block still counts its ticket)
 };
 
 __device__ __forceinline__ down_unit down_unit_of(const moe_params &p, const int *ent, const int *ent_e, int ent_lo,
                                                   int n_shared, int u, int o0) {
-    down_unit d;
+    down_unit d = {};
+    d.held = true;
     if (u >= n_shared) {
         const int q = ent_lo + u - n_shared;
+        if (!moe_held(p, ent_e[q])) {
+            d.held = false;
+            return d;
+        }
         const sd_cuda_expert ex = p.table[ent_e[q]];
         d.bf16 = ex.down_bf16;
         d.cols = p.Ie;
@@ -240,7 +255,8 @@ __device__ __forceinline__ void down_combine(const moe_params &p, int o0, int nr
         const int o = o0 + i % nrow, t = i / nrow;
         float acc = 0.0f;
         for (int j = 0; j < p.K; j++)
-            acc = __fadd_rn(acc, __fmul_rn(p.w[(size_t)t * p.K + j], __ldcg(p.exp_out + ((size_t)t * p.K + j) * p.D + o)));
+            if (moe_held(p, p.sel[(size_t)t * p.K + j]))
+                acc = __fadd_rn(acc, __fmul_rn(p.w[(size_t)t * p.K + j], __ldcg(p.exp_out + ((size_t)t * p.K + j) * p.D + o)));
         if (p.sdw) acc = __fadd_rn(acc, __ldcg(p.shared_out + (size_t)t * p.D + o));
         float *y = p.out + (size_t)t * p.D + o;
         *y = p.accumulate ? __fadd_rn(*y, acc) : acc;
@@ -285,10 +301,10 @@ moe_down_kernel(const __grid_constant__ moe_params p, int ent_lo, int ent_hi, in
     __shared__ int last, last_of_launch;
     const int o0 = blockIdx.x * DOWN_ROWS, nrow = min(DOWN_ROWS, p.D - o0);
     const moe_layout L(p.T, p.K, p.E);
-    const bool has_unit = (int)blockIdx.y < units; // block-uniform; false: a combine-only launch
-    down_unit d = has_unit ? down_unit_of(p, L.ent(p.groups), L.ent_e(p.groups), ent_lo, units - (ent_hi - ent_lo),
-                                                (int)blockIdx.y, o0)
-                                 : down_unit{};
+    down_unit d = (int)blockIdx.y < units ? down_unit_of(p, L.ent(p.groups), L.ent_e(p.groups), ent_lo, units - (ent_hi - ent_lo),
+                                                         (int)blockIdx.y, o0)
+                                          : down_unit{};
+    const bool has_unit = (int)blockIdx.y < units && d.held; // block-uniform; false: a combine-only launch or another rank's expert
     const bool bulk = has_unit && down_bulk(d, nrow, p.down_smem);
     if (bulk && threadIdx.x == 0) {
         const uint32_t bytes = (uint32_t)(nrow * (size_t)d.cols * 2);
@@ -333,6 +349,7 @@ static moe_params params_of(const sd_cuda_moe_args *a) {
     p.table = a->table; p.groups = a->groups;
     p.T = a->T; p.K = a->K; p.E = a->E; p.D = a->D; p.Ie = a->Ie;
     p.x = a->x; p.w = a->w; p.h = a->h; p.exp_out = a->exp_out;
+    p.sel = a->sel; p.held_first = a->held_first; p.held_count = a->held_count;
     if (a->shared_down) {
         p.sdw = a->shared_down->data;
         p.sd_bf16 = a->shared_down->dtype == SD_DT_BF16;

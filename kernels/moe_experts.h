@@ -31,6 +31,10 @@ typedef struct {
     int T, K, E, D, Ie;
     const float *x;              // (T, D) the block's input
     const float *w;              // (T, K) routing weights
+    const int *sel;              // (T, K) the selected experts (what the combine reads to skip experts not held)
+    int held_first, held_count;  // the experts this model holds: all E for a whole model; a tensor-parallel
+                                 //   rank's shard holds [held_first, +held_count) and the table's other
+                                 //   entries are NULL — never read: their groups and entries are skipped
     float *h;                    // routed activations silu(gate·x)·(up·x): entry p in row p - ent_lo
     float *exp_out;              // (T, K, D) routed expert outputs, entry t·K+j
     const sd_mat *shared_down;   // (D, S·Ie), or NULL: no shared expert
@@ -61,8 +65,8 @@ typedef struct {
 sd_code sd_cuda_moe_up(const sd_cuda_moe_args *a, int g_lo, int g_hi, int ent_lo, int ent_hi, bool shared,
                        cudaStream_t stream, sd_status *st);
 // exp_out of entries ent_lo .. ent_hi-1 (down_e · h row); then, when combine: the shared expert
-// (down_shared · hs_t) and out[t] (=, or +=) Σ_j w[t·K+j]·exp_out[t·K+j] (j from 0) + shared[t]
-// — the CPU's order. Entries of earlier launches must already be in exp_out. The launch reads the
+// (down_shared · hs_t) and out[t] (=, or +=) Σ_j w[t·K+j]·exp_out[t·K+j] (j from 0, over the held
+// experts) + shared[t] — the CPU's order. Entries of earlier launches must already be in exp_out. The launch reads the
 // grouping before its wait for its predecessor (it starts the weight copies early): the grouping
 // must be complete when the predecessor lets it start — sd_cuda_moe_up's routed blocks let it
 // only after their own wait, and a host-built grouping is uploaded before both. A combine needs

@@ -59,3 +59,36 @@ extern "C" sd_code sd_cuda_synth_fill(void *dst, int64_t n, bool bf16, uint64_t 
     SD_LAUNCH_CHECK(st);
     return SD_OK;
 }
+
+// One thread per destination element: its source element's Philox block, the word it needs.
+template <bool BF16>
+static __global__ void synth_slice_kernel(void *__restrict__ dst, int64_t n, uint32_t k0, uint32_t k1, uint32_t name_hash,
+                                          float scale, float offset, int64_t base, int64_t width, int64_t stride) {
+    const uint32_t key[2] = {k0, k1};
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t e = base + (i / width) * stride + i % width, blk = e / 4;
+        const uint32_t ctr[4] = {(uint32_t)blk, (uint32_t)((uint64_t)blk >> 32), name_hash, SD_DRAW_INIT};
+        const sd_philox_out r = sd_philox4x32_10(ctr, key);
+        const float u = __fsub_rn(__fmul_rn(2.0f, sd_u32_to_unit(r.v[e % 4])), 1.0f);
+        const float v = __fadd_rn(__fmul_rn(u, scale), offset);
+        if (BF16) ((uint16_t *)dst)[i] = synth_bf16(v);
+        else ((float *)dst)[i] = v;
+    }
+}
+
+extern "C" sd_code sd_cuda_synth_fill_slice(void *dst, int64_t n, bool bf16, uint64_t seed, uint32_t name_hash, float scale,
+                                            float offset, int64_t base, int64_t width, int64_t stride, cudaStream_t stream,
+                                            sd_status *st) {
+    SD_NVTX("sd_cuda_synth_fill_slice");
+    if (n <= 0) return SD_OK;
+    if (base < 0 || width < 1 || stride < width)
+        return sd_fail(st, SD_ERR_USAGE, "cuda synth: slice base %lld width %lld stride %lld", (long long)base, (long long)width,
+                       (long long)stride);
+    if (base == 0 && width == stride) return sd_cuda_synth_fill(dst, n, bf16, seed, name_hash, scale, offset, stream, st);
+    const int blocks = (int)(n < (int64_t)4096 * 256 ? (n + 255) / 256 : 4096);
+    const uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    if (bf16) synth_slice_kernel<true><<<blocks, 256, 0, stream>>>(dst, n, k0, k1, name_hash, scale, offset, base, width, stride);
+    else synth_slice_kernel<false><<<blocks, 256, 0, stream>>>(dst, n, k0, k1, name_hash, scale, offset, base, width, stride);
+    SD_LAUNCH_CHECK(st);
+    return SD_OK;
+}

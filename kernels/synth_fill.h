@@ -17,6 +17,16 @@ extern "C" {
 sd_code sd_cuda_synth_fill(void *dst, int64_t n, bool bf16, uint64_t seed, uint32_t name_hash, float scale,
                            float offset, cudaStream_t stream, sd_status *st);
 
+// A slice of a larger tensor (a tensor-parallel rank's shard, synthesised where it lives): dst
+// element i of n gets the value the whole tensor's fill gives its element
+// e = base + (i / width) · stride + i % width — a row range (width = stride = the row length,
+// base = first row · stride), a column range (width: the slice's columns, stride: the tensor's,
+// base: the first column) or a span of a vector (width = stride). The same bytes as the whole
+// tensor's sd_cuda_synth_fill (and the host's fill) at those elements.
+sd_code sd_cuda_synth_fill_slice(void *dst, int64_t n, bool bf16, uint64_t seed, uint32_t name_hash, float scale,
+                                 float offset, int64_t base, int64_t width, int64_t stride, cudaStream_t stream,
+                                 sd_status *st);
+
 #ifdef __cplusplus
 }
 #endif

@@ -614,7 +614,7 @@ Test(cli, run_tp_stopped_rank_exits_1_naming_it) {
 Test(cli, tp_usage_errors) {
     init_model("m", "1", NULL, NULL, NULL);
     const char *m = in_dir("m");
-    const struct { const char *argv[12]; int code; const char *needle; } cases[] = {
+    const struct { const char *argv[16]; int code; const char *needle; } cases[] = {
         {{"run", "--model", m, "--tp", "0", NULL}, 2, "--tp must be an integer in 1..64"},
         {{"run", "--model", m, "--tp", "65", NULL}, 2, "--tp must be an integer in 1..64"},
         {{"run", "--model", m, "--tp-timeout", "3", NULL}, 2, "--tp-timeout needs --tp"},
@@ -622,9 +622,12 @@ Test(cli, tp_usage_errors) {
         {{"run", "--model", m, "--tp", "3", "--tp-stop", "3:1", NULL}, 2, "--tp-stop (rank) must be an integer in 0..2"},
         {{"run", "--model", m, "--tp", "3", "--tp-stop", "x", NULL}, 2, "--tp-stop must be RANK:COLLECTIVE"},
         {{"run", "--model", m, "--tp", "3", "--tp-timeout", "0", NULL}, 2, "--tp-timeout must be a number"},
-        {{"run", "--model", m, "--backend", "cuda", "--tp", "2", NULL}, 1, "--tp with --backend cuda: not built yet"},
-        {{"forward", "--model", m, "--tokens", "1", "--out", "x", "--backend", "cuda", "--tp", "2", NULL}, 1,
-         "--tp with --backend cuda: not built yet"},
+        {{"run", "--model", m, "--rank", "0", NULL}, 2, "--rank needs --tp"},
+        {{"run", "--model", m, "--tp", "2", "--rank", "0", NULL}, 2, "--rank and --nccl-id come together"},
+        {{"run", "--model", m, "--tp", "2", "--nccl-id", "f", NULL}, 2, "--rank and --nccl-id come together"},
+        {{"run", "--model", m, "--tp", "2", "--rank", "2", "--nccl-id", "f", NULL}, 2, "--rank must be an integer in 0..1"},
+        {{"forward", "--model", m, "--tokens", "1", "--out", "x", "--backend", "cpu", "--tp", "2", "--rank", "1", "--nccl-id", "f",
+          NULL}, 2, "--rank needs --backend cuda"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) expect_fail(cases[i].argv[3], cases[i].argv, cases[i].code, cases[i].needle);
     setenv("SPECDEC_TP_TIMEOUT", "soon", 1);

@@ -78,7 +78,7 @@ Test(cli_run, graph_door_is_refused_off_the_gpu) {
     const char *cpu[] = {"run", "--model", m, "--draft", m, "--backend", "cpu", "--graph", "--receipt", r, "--prompt", "1", NULL};
     expect_fail("--graph on the cpu backend", cpu, 2, "--graph");
     const char *tp[] = {"run", "--model", m, "--backend", "cpu", "--graph", "--tp", "2", "--prompt", "1", NULL};
-    expect_fail("--graph with --tp", tp, 2, "--tp");
+    expect_fail("--graph with --tp on the cpu backend", tp, 2, "--graph: ");
     const char *plain[] = {"run", "--model", m, "--backend", "cpu", "--receipt", r, "--draft", m, "--prompt", "1", NULL};
     setenv("SPECDEC_DECODE_GRAPH", "1", 1);
     expect_fail("SPECDEC_DECODE_GRAPH=1 on the cpu backend", plain, 2, "--graph");

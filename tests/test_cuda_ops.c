@@ -24,10 +24,42 @@ Test(cuda, suite) { cr_skip_test("CUDA backend not built (no toolkit or -DSPECDE
 uint64_t case_seed; // cuda_harness.h: the running case's (every input of a case is drawn from it)
 char LABEL[256];    // cuda_harness.h: the running case, at the head of every message
 
+// ---------------------------------------------------------------------------- a device rank's ops
+#include "sampling.h"   // sd_cuda_argmax, SD_ARGMAX_WS_INTS (the tp cases)
+#include "synth_fill.h" // sd_cuda_synth_fill_slice
+#include "cuda_tp_cases.h" // run_tp_reduce, run_tp_argmax, run_tp_lay_rows, run_synth_fill_slice
+
 // ---------------------------------------------------------------------------- the table
 // Tolerances: the TOL_* of cuda_harness.h and cuda_ops/op_cases.h (their reasons stand there); a
 // case's other comparisons name theirs.
 static const op_case CASES[] = {
+    // A device rank's all-reduce sum and head (engine/parallel/'s twins, bitwise).
+    {.op = "sd_cuda_tp_reduce", .note = "one rank", .run = run_tp_reduce, .shape = {1, 1, 2304, 1}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_tp_reduce", .run = run_tp_reduce, .shape = {1, 9, 64, 0}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_tp_reduce", .run = run_tp_reduce, .shape = {2, 5, 100, 1}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_tp_reduce", .run = run_tp_reduce, .shape = {3, 9, 2304, 1}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_tp_reduce", .run = run_tp_reduce, .shape = {4, 2, 37, 0}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_tp_reduce", .run = run_tp_reduce, .shape = {5, 64, 24, 0}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_tp_reduce", .run = run_tp_reduce, .shape = {6, 3, 513, 1}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_tp_reduce", .run = run_tp_reduce, .shape = {7, 1, 2304, 1}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_tp_reduce", .run = run_tp_reduce, .shape = {8, 9, 2304, 1}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_tp_argmax_pairs, sd_cuda_tp_argmax_combine", .note = "one rank", .run = run_tp_argmax, .shape = {1, 5, 5000}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_tp_argmax_pairs, sd_cuda_tp_argmax_combine", .run = run_tp_argmax, .shape = {2, 5, 67}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_tp_argmax_pairs, sd_cuda_tp_argmax_combine", .run = run_tp_argmax, .shape = {3, 10, 67}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_tp_argmax_pairs, sd_cuda_tp_argmax_combine", .note = "vocabulary rows", .run = run_tp_argmax, .shape = {4, 5, 163840}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_tp_argmax_pairs, sd_cuda_tp_argmax_combine", .run = run_tp_argmax, .shape = {8, 9, 67}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_tp_argmax_pairs, sd_cuda_tp_argmax_combine", .note = "ranks holding no row", .run = run_tp_argmax, .shape = {8, 5, 5}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_tp_lay_rows", .note = "one rank", .run = run_tp_lay_rows, .shape = {1, 3, 67}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_tp_lay_rows", .run = run_tp_lay_rows, .shape = {3, 9, 67}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_tp_lay_rows", .note = "vocabulary rows", .run = run_tp_lay_rows, .shape = {8, 2, 163840}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_tp_lay_rows", .note = "ranks holding no row", .run = run_tp_lay_rows, .shape = {8, 4, 5}, .tol = TOL_BITWISE},
+    // A rank's shard synthesised where it lives: the whole tensor's bytes at its elements.
+    {.op = "sd_cuda_synth_fill_slice", .note = "rows", .run = run_synth_fill_slice, .shape = {1, 0, 3, 1}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_synth_fill_slice", .note = "columns", .run = run_synth_fill_slice, .shape = {1, 1, 3, 2}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_synth_fill_slice", .note = "columns", .run = run_synth_fill_slice, .shape = {0, 1, 4, 3}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_synth_fill_slice", .note = "a vector span", .run = run_synth_fill_slice, .shape = {0, 2, 3, 1}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_synth_fill_slice", .note = "rows", .run = run_synth_fill_slice, .shape = {1, 0, 8, 7}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_synth_fill_slice", .note = "the whole tensor", .run = run_synth_fill_slice, .shape = {0, 0, 1, 0}, .tol = TOL_BITWISE},
     // Linear (TOL_DOT); a token alone ≡ inside the call, bitwise.
     {.op = "sd_cuda_linear", .run = run_linear, .shape = {64, 32, 1}, .dt = SD_DT_F32, .tol = TOL_DOT},
     {.op = "sd_cuda_linear", .run = run_linear, .shape = {37, 40, 5}, .dt = SD_DT_BF16, .tol = TOL_DOT},
@@ -145,6 +177,9 @@ static const op_case CASES[] = {
     {.op = "sd_cuda_moe_up, sd_cuda_moe_down", .note = "Kimi's widths", .run = run_moe_experts, .shape = {32, 8, 2304, 128, 1, 2, 0}, .dt = SD_DT_BF16, .tol = TOL_DOT},
     {.op = "sd_cuda_moe_up, sd_cuda_moe_down", .note = "D not a multiple of 16", .run = run_moe_experts, .shape = {4, 2, 100, 40, 1, 3, 0}, .dt = SD_DT_F32, .tol = TOL_DOT},
     {.op = "sd_cuda_moe_up, sd_cuda_moe_down", .note = "no shared expert, counted", .run = run_moe_experts, .shape = {64, 6, 512, 64, 0, 2, 1}, .dt = SD_DT_BF16, .tol = TOL_DOT},
+    {.op = "sd_cuda_moe_up, sd_cuda_moe_down", .note = "a rank's experts, counted", .run = run_moe_experts, .shape = {32, 8, 256, 64, 1, 1, 1, 1}, .dt = SD_DT_BF16, .tol = TOL_DOT},
+    {.op = "sd_cuda_moe_up, sd_cuda_moe_down", .note = "a rank's experts", .run = run_moe_experts, .shape = {16, 4, 128, 40, 1, 5, 0, 1}, .dt = SD_DT_F32, .tol = TOL_DOT},
+    {.op = "sd_cuda_moe_up, sd_cuda_moe_down", .note = "a rank's experts, no shared expert", .run = run_moe_experts, .shape = {64, 6, 512, 64, 0, 2, 1, 1}, .dt = SD_DT_BF16, .tol = TOL_DOT},
     // Argmax (bitwise).
     {.op = "sd_cuda_argmax", .run = run_argmax, .shape = {4, 5000, 0, 0}, .tol = TOL_BITWISE},
     {.op = "sd_cuda_argmax", .note = "odd rows, out pinned", .run = run_argmax, .shape = {4, 5001, 0, 1}, .tol = TOL_BITWISE},

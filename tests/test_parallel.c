@@ -4,11 +4,14 @@
 // every rank fail within a bounded time, naming it).
 #include <criterion/criterion.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 #include "parallel/head.h"      // sd_tp_argmax_combine
 #include "parallel/host_comm.h" // sd_host_comm_*
+#include "parallel/monitor.h"   // sd_tp_monitor_*
 #include "parallel/plan.h"      // sd_tp_split
 #include "parallel/ranks.h"     // sd_tp_run
 #include "sample.h"             // sd_argmax
@@ -257,4 +260,155 @@ Test(tp_watchdog, a_stuck_thread_is_left_behind_not_waited_for) {
     cr_assert_str_eq(st.msg, "rank-local fault; rank 1 did not return within 0.2 s after it and was left behind");
     cr_assert_lt(secs, 1.2, "took %.2f s: the run waited for the stuck thread", secs);
     usleep(2000 * 1000); // let it end before the process does
+}
+
+// ---- the monitor of asynchronous collectives (monitor.h), over a fake device transport ----
+// A collective "runs on the device" after its rank enqueues it: its marker completes once every
+// rank has enqueued that collective (NCCL's all-gather), or never when the fake hangs from
+// collective #hang_from on — unless the communicators are aborted, which makes every pending
+// marker complete (an aborted NCCL kernel returns). Each rank "drains" after every collective:
+// it polls its marker as cudaStreamSynchronize would wait, then asks the group (check).
+
+typedef struct {
+    sd_tp_monitor *mon;
+    pthread_mutex_t mu;
+    int ranks;
+    uint64_t enqueued[SD_TP_MAX_RANKS];
+    uint64_t hang_from;     // 0: never
+    int aborts;             // abort hook calls
+    pthread_t abort_thread; // the thread that called it
+    bool aborted;
+    pthread_t rank_thread[SD_TP_MAX_RANKS];
+    int fail_rank;          // fails before its collective #3 (-1: none)
+    sd_comm comm[SD_TP_MAX_RANKS];
+} fake_dev;
+
+static fake_dev fd;
+
+static bool fake_done(void *ctx, int rank, void *mark) {
+    (void)ctx, (void)rank;
+    const uint64_t seq = (uint64_t)(uintptr_t)mark;
+    pthread_mutex_lock(&fd.mu);
+    bool done = fd.aborted || !fd.hang_from || seq < fd.hang_from;
+    for (int r = 0; r < fd.ranks && !fd.aborted; r++) done &= fd.enqueued[r] >= seq;
+    pthread_mutex_unlock(&fd.mu);
+    return done;
+}
+
+static void fake_abort(void *ctx) {
+    (void)ctx;
+    pthread_mutex_lock(&fd.mu);
+    fd.aborts++;
+    fd.abort_thread = pthread_self();
+    fd.aborted = true;
+    pthread_mutex_unlock(&fd.mu);
+}
+
+static sd_code fake_all_gather(void *ctx, int rank, uint64_t seq, const sd_comm_op *op, const void *send, size_t bytes,
+                               void *recv, sd_status *st) {
+    (void)ctx, (void)send, (void)bytes, (void)recv;
+    SD_TRY(sd_tp_monitor_enter(fd.mon, rank, seq, op, 1, st));
+    pthread_mutex_lock(&fd.mu);
+    fd.enqueued[rank] = seq;
+    pthread_mutex_unlock(&fd.mu);
+    SD_TRY(sd_tp_monitor_enqueued(fd.mon, rank, (void *)(uintptr_t)seq, st));
+    while (!fake_done(NULL, rank, (void *)(uintptr_t)seq)) usleep(1000); // the drain
+    return sd_tp_monitor_check(fd.mon, st);
+}
+
+static void fake_leave(void *ctx, int rank, sd_code rc, const sd_status *st) {
+    (void)ctx;
+    sd_tp_monitor_leave(fd.mon, rank, rc, st);
+}
+
+// Eight collectives a rank ("layer i step"), each drained; fail_rank fails before its #3.
+static sd_code fake_rank(void *ctx, int rank, const sd_model *m, sd_status *st) {
+    (void)ctx;
+    fd.rank_thread[rank] = pthread_self();
+    for (int i = 0; i < 8; i++) {
+        if (rank == fd.fail_rank && i == 2) return sd_fail(st, SD_ERR_DATA, "rank-local fault");
+        SD_TRY(sd_comm_gather_to(m->comm, SD_COMM_ALL_REDUCE, i, "step", NULL, 16, NULL, st));
+    }
+    return SD_OK;
+}
+
+static sd_code run_fake(int N, uint64_t hang_from, int stop_rank, uint64_t stop_at, int fail_rank, double *secs,
+                        sd_status *rank_st, sd_status *st) {
+    static sd_tp_plan plan;
+    static sd_model models[SD_TP_MAX_RANKS];
+    memset(&fd, 0, sizeof fd);
+    pthread_mutex_init(&fd.mu, NULL);
+    fd.ranks = N;
+    fd.hang_from = hang_from;
+    fd.fail_rank = fail_rank;
+    plan = (sd_tp_plan){.ranks = N};
+    const sd_tp_monitor_hooks h = {.done = fake_done, .abort = fake_abort};
+    sd_status s0 = {0};
+    cr_assert_eq(sd_tp_monitor_new(&fd.mon, N, 0, N, 1.0, &h, &s0), SD_OK, "%s", s0.msg);
+    if (stop_at) sd_tp_monitor_stop_at(fd.mon, stop_rank, stop_at);
+    sd_model *mp[SD_TP_MAX_RANKS];
+    for (int r = 0; r < N; r++) {
+        sd_comm_init(&fd.comm[r], r, &plan, (sd_comm_transport){.all_gather = fake_all_gather, .leave = fake_leave});
+        memset(&models[r], 0, sizeof models[r]);
+        models[r].comm = &fd.comm[r];
+        mp[r] = &models[r];
+    }
+    bool abandoned = false;
+    const double t0 = now_s();
+    const sd_code rc = sd_tp_run(N, mp, fake_rank, NULL, 2.0, rank_st, &abandoned, st);
+    *secs = now_s() - t0;
+    cr_assert_not(abandoned);
+    sd_status again;
+    if (rc) cr_assert_not(sd_tp_monitor_restart(fd.mon, &again), "a broken group stays broken");
+    cr_assert(sd_tp_monitor_free(fd.mon), "the monitor's thread ended");
+    for (int r = 0; r < N; r++) sd_comm_free(&fd.comm[r]);
+    return rc;
+}
+
+// The abort ran once, from the monitor's own thread (none of the ranks').
+static void expect_one_abort_off_the_ranks(int N) {
+    cr_assert_eq(fd.aborts, 1, "the communicators were aborted %d times", fd.aborts);
+    for (int r = 0; r < N; r++) cr_assert_not(pthread_equal(fd.abort_thread, fd.rank_thread[r]), "rank %d's thread aborted", r);
+}
+
+Test(tp_monitor, every_collective_completes_and_nothing_is_aborted) {
+    sd_status st = {0};
+    double secs;
+    cr_assert_eq(run_fake(3, 0, -1, 0, -1, &secs, NULL, &st), SD_OK, "%s", st.msg);
+    cr_assert_eq(fd.aborts, 0);
+}
+
+Test(tp_monitor, a_rank_that_stops_answering_is_blamed_by_the_monitor) {
+    for (int N = 1; N <= 3; N += 2) { // N = 1: the stopped rank is blamed by its own watch
+        sd_status rank_st[3], st = {0};
+        double secs;
+        cr_assert_neq(run_fake(N, 0, N - 1, 5, -1, &secs, rank_st, &st), SD_OK);
+        char want[128];
+        snprintf(want, sizeof want, "tp: rank %d did not reach all-reduce #5 (layer 4 step) within 1 s", N - 1);
+        cr_assert_str_eq(st.msg, want);
+        for (int r = 0; r < N; r++) cr_assert_str_eq(rank_st[r].msg, want, "%d ranks: rank %d", N, r);
+        cr_assert(secs >= 0.95 && secs < 6.0, "%d ranks: the group broke after %.2f s (timeout 1 s)", N, secs);
+        expect_one_abort_off_the_ranks(N);
+    }
+}
+
+Test(tp_monitor, a_collective_that_never_completes_is_named_and_aborted) {
+    sd_status rank_st[2], st = {0};
+    double secs;
+    cr_assert_neq(run_fake(2, 3, -1, 0, -1, &secs, rank_st, &st), SD_OK);
+    cr_assert(strstr(st.msg, "all-reduce #3 (layer 2 step) did not complete within 1 s on rank ") &&
+              strstr(st.msg, "though every rank reached it"), "%s", st.msg);
+    for (int r = 0; r < 2; r++) cr_assert_str_eq(rank_st[r].msg, st.msg, "rank %d", r);
+    cr_assert(secs >= 0.95 && secs < 6.0, "the group broke after %.2f s", secs);
+    expect_one_abort_off_the_ranks(2);
+}
+
+Test(tp_monitor, a_failing_rank_breaks_the_group_at_once) {
+    sd_status rank_st[3], st = {0};
+    double secs;
+    cr_assert_neq(run_fake(3, 0, -1, 0, 1, &secs, rank_st, &st), SD_OK);
+    cr_assert_str_eq(rank_st[1].msg, "rank-local fault");
+    cr_assert_str_eq(rank_st[0].msg, "tp: rank 1 failed: rank-local fault");
+    cr_assert_lt(secs, 0.9, "took %.2f s: the others waited out the timeout", secs);
+    expect_one_abort_off_the_ranks(3);
 }

@@ -9,11 +9,10 @@
 #include "common.h"
 #include "decode.h"
 #include "parallel/ranks.h"     // sd_tp_group
-#include "parallel/route_log.h" // sd_tp_route_log
 #include "parallel/shard.h"     // sd_tp_shard_model
 #include "spec.h"
+#include "tp_suite.h"            // ODD, odd_pair, forced_job, forced_rank, tp_logits
 
-#define ODD "configs/tiny-odd.json"
 enum { N_TOK = 29 };
 
 static void odd_model(int bf16, int tail_from, float tail, sd_model *m) { synth_from(ODD, 11, bf16, tail_from, tail, m); }
@@ -22,47 +21,6 @@ static void make_group(const sd_model *full, int N, sd_tp_group *g) {
     sd_tp_group_opts o = {.ranks = N, .timeout_s = 30, .canary_layer = -1};
     sd_status st = {0};
     cr_assert_eq(sd_tp_group_init(g, full, &o, &st), SD_OK, "%s", st.msg);
-}
-
-// ---- teacher-forced logits on every rank ----
-
-typedef struct {
-    const int *tokens;
-    int n, chunk;
-    float *logits[SD_TP_MAX_RANKS];   // (n, V) per rank
-    sd_tp_route_log logs[SD_TP_MAX_RANKS];
-} forced_job;
-
-static sd_code forced_rank(void *ctx, int rank, const sd_model *m, sd_status *st) {
-    forced_job *job = ctx;
-    const int V = m->cfg.vocab_size;
-    sd_state s;
-    sd_code rc = sd_model_state_init(m, &s, job->n, job->chunk, st);
-    sd_forward_opts o = {.on_route = sd_tp_route_record, .route_ctx = &job->logs[rank]};
-    for (int t = 0; !rc && t < job->n; t += job->chunk) {
-        const int T = job->n - t < job->chunk ? job->n - t : job->chunk;
-        rc = sd_forward(m, &s, job->tokens + t, T, job->logits[rank] + (size_t)t * V, 0, &o, st);
-        if (!rc) rc = sd_state_commit(&s, T, st);
-    }
-    sd_state_free(&s);
-    return rc;
-}
-
-// Rank 0's logits (caller frees) after checking that every rank holds the same bits.
-static float *tp_logits(sd_tp_group *g, const int *tokens, int n, int chunk) {
-    static forced_job job;
-    memset(&job, 0, sizeof job);
-    job = (forced_job){.tokens = tokens, .n = n, .chunk = chunk};
-    const size_t bytes = sizeof(float) * (size_t)n * g->shards[0].cfg.vocab_size;
-    for (int r = 0; r < g->ranks; r++) job.logits[r] = malloc(bytes);
-    sd_status st = {0};
-    cr_assert_eq(sd_tp_group_run(g, forced_rank, &job, NULL, &st), SD_OK, "%s", st.msg);
-    for (int r = 1; r < g->ranks; r++) {
-        cr_assert(memcmp(job.logits[r], job.logits[0], bytes) == 0, "%d ranks: rank %d's logits differ from rank 0's", g->ranks, r);
-        free(job.logits[r]);
-    }
-    for (int r = 0; r < g->ranks; r++) sd_tp_route_log_free(&job.logs[r]);
-    return job.logits[0];
 }
 
 // MODEL.md's tolerance for F32 on the CPU: ‖got − ref‖ / ‖ref‖ <= 1e-4 over all logits; and the
@@ -201,24 +159,10 @@ static void one_generate(const sd_model *full, gen_job *job, int *out) {
     memcpy(out, job->out[0], sizeof job->out[0]);
 }
 
-typedef struct {
-    sd_model target, draft;
-} pair;
-
-// tiny-odd and its 2-layer derived draft, the target's tail scaled so some drafts are rejected.
-static void odd_pair(pair *p) {
-    sd_config cfg, dcfg;
-    load_config(ODD, &cfg);
-    sd_status st = {0};
-    cr_assert_eq(sd_draft_config(&cfg, 2, &dcfg, &st), SD_OK, "%s", st.msg);
-    sd_synth_opts o = {.seed = 11, .dtype = SD_DT_F32, .tail_from = 2, .tail_scale = 1.5f, .depth = cfg.num_hidden_layers};
-    cr_assert_eq(sd_synth_model(&p->target, &cfg, &o, &st), SD_OK, "%s", st.msg);
-    cr_assert_eq(sd_synth_model(&p->draft, &dcfg, &o, &st), SD_OK, "%s", st.msg);
-}
 
 // The pair, its target's 3-rank group and a job with a prompt drawn from `seed`.
 static void spec_setup(pair *p, sd_tp_group *g, gen_job *job, uint32_t seed) {
-    odd_pair(p);
+    odd_pair(p, SD_DT_F32);
     make_group(&p->target, 3, g);
     memset(job, 0, sizeof *job);
     random_tokens(seed, p->target.cfg.vocab_size, N_PROMPT, job->prompt);

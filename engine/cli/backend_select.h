@@ -1,5 +1,6 @@
 // backend_select.h — the CLI's choice of backend: parse --backend, move a loaded host model onto
-// it, and describe it for receipts and JSON. The only CLI file that knows the CUDA backend exists.
+// it, and describe it for receipts and JSON. With door_select.c and tp_select.c, the CLI files
+// that know the CUDA backend exists.
 #pragma once
 #include <stdbool.h>
 #include "model.h" // sd_model

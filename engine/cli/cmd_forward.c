@@ -56,8 +56,7 @@ int cmd_forward(int argc, char **argv) {
     const char *dir = sd_args_str(&a, "--model"), *tokens_s = sd_args_str(&a, "--tokens");
     const char *out = sd_args_str(&a, "--out"), *mode = sd_args_str(&a, "--mode");
     const char *chunk_s = sd_args_str(&a, "--chunk"), *backend = sd_args_str(&a, "--backend");
-    const char *tp_s = sd_args_str(&a, "--tp"), *tp_timeout = sd_args_str(&a, "--tp-timeout");
-    const char *tp_stop = sd_args_str(&a, "--tp-stop");
+    const sd_cli_tp_args tpa = sd_cli_tp_read(&a);
     bool ok = sd_args_done(&a);
     sd_args_free(&a);
     if (!ok) return EXIT_USAGE;
@@ -74,7 +73,7 @@ int cmd_forward(int argc, char **argv) {
     if (sd_cli_backend_parse(backend, &be, &st)) return sd_cli_fail(cmd, &st);
     if (chunk_s && !sd_parse_int("--chunk", chunk_s, 1, 64, &chunk, &st)) return sd_cli_fail(cmd, &st);
     sd_cli_tp tp;
-    if (sd_cli_tp_parse(tp_s, tp_timeout, tp_stop, &tp, &st)) return sd_cli_fail(cmd, &st);
+    if (sd_cli_tp_parse(&tpa, &tp, &st)) return sd_cli_fail(cmd, &st);
     if (!mode || !strcmp(mode, "decode")) chunk = 1;
     if (!sd_parse_int_list("--tokens", tokens_s, &tokens, &T, &st)) return sd_cli_fail(cmd, &st);
 
@@ -88,8 +87,8 @@ int cmd_forward(int argc, char **argv) {
     if (!rc) rc = sd_cli_backend_resolve(&be, &st);
     if (!rc) rc = sd_cli_tp_check_backend(&tp, be, &st);
     if (!rc) rc = sd_model_load(&host, dir, &st);
-    if (!rc) rc = sd_cli_to_backend(be, &host, &dev, &m, &st);
-    if (!rc && tp.ranks) rc = sd_cli_tp_group(&tp, m, &g, &st);
+    if (!rc) rc = sd_cli_tp_to_backend(&tp, &host, &dev, &m, &st);
+    if (!rc && tp.ranks) rc = sd_cli_tp_group(&tp, m, NULL, &g, &st);
     const int V = m->cfg.vocab_size;
     if (!rc && !(logits = malloc(sizeof(float) * (size_t)T * V))) rc = sd_fail(&st, SD_ERR_SYS, "out of memory");
     const bool prefill = mode && !strcmp(mode, "prefill");

@@ -62,8 +62,8 @@ static sd_code setup(run_opts *o, sd_model host[2], sd_model dev[2], sd_model *u
     if (!o->prompt_given) sd_synth_prompt(o->seed, V, o->n_prompt, o->prompt);
     for (int i = 0; i < o->n_prompt; i++)
         if (o->prompt[i] >= V) return sd_fail(st, SD_ERR_DATA, "prompt: token %d is outside the vocabulary 0..%d", o->prompt[i], V - 1);
-    rc = sd_cli_to_backend(o->be, &host[0], &dev[0], &use[0], st);
-    if (!rc && o->spec) rc = sd_cli_to_backend(o->be, &host[1], &dev[1], &use[1], st);
+    rc = sd_cli_tp_to_backend(&o->tp, &host[0], &dev[0], &use[0], st); // a device group's stay here: it shards them
+    if (!rc && o->spec) rc = sd_cli_tp_to_backend(&o->tp, &host[1], &dev[1], &use[1], st);
     return rc;
 }
 
@@ -96,6 +96,7 @@ static void free_model(sd_model *m) {
 typedef struct {
     const run_opts *o;
     const sd_model *draft; // NULL: plain decode
+    const sd_tp_group *group; // with --tp: where each rank's draft is (sd_tp_group_draft)
     trace_burst *tb;       // rank 0's, or NULL
     sd_gen_control ctl[SD_TP_MAX_RANKS];
     int *out[SD_TP_MAX_RANKS];
@@ -107,7 +108,8 @@ static sd_code init_states(generation *g, int rank, const sd_model *target, sd_s
     const run_opts *o = g->o;
     const int cap = o->n_prompt + (int)o->max_new + (int)o->k + 1, chunk = 32, k = (int)o->k;
     sd_code c = sd_model_state_init(target, &g->ts[rank], cap, g->draft && k + 1 > chunk ? k + 1 : chunk, st);
-    if (!c && g->draft) c = sd_model_state_init(g->draft, &g->ds[rank], cap, k + 1 > chunk ? k + 1 : chunk, st);
+    const sd_model *draft = sd_tp_group_draft(g->group, rank, g->draft);
+    if (!c && g->draft) c = sd_model_state_init(draft, &g->ds[rank], cap, k + 1 > chunk ? k + 1 : chunk, st);
     return c;
 }
 
@@ -119,8 +121,8 @@ static sd_code generate_rank(void *ctx, int rank, const sd_model *target, sd_sta
                          &g->ctl[rank], g->out[rank], st);
     sd_spec_opts so = {.k = (int)o->k, .temperature = (float)o->temperature, .seed = o->seed,
                        .trace = rank ? NULL : g->tb, .control = &g->ctl[rank]};
-    return sd_spec_generate(target, &g->ts[rank], g->draft, &g->ds[rank], o->prompt, o->n_prompt, (int)o->max_new, &so,
-                            g->out[rank], &g->stats[rank], st);
+    return sd_spec_generate(target, &g->ts[rank], sd_tp_group_draft(g->group, rank, g->draft), &g->ds[rank], o->prompt,
+                            o->n_prompt, (int)o->max_new, &so, g->out[rank], &g->stats[rank], st);
 }
 
 // Every rank must have generated rank 0's tokens (they hold identical bits).
@@ -132,20 +134,21 @@ static sd_code ranks_agree(const generation *g, int ranks, sd_status *st) {
     return SD_OK;
 }
 
-// --graph: the door on rank 0's states (run_options.c refuses --graph with --tp), with the
-// selection ledger's recorder inside its graphs when armed.
-static sd_code open_door(const run_opts *o, generation *g, const sd_model *target, trace_burst *tb, run_ledger *rl,
+// --graph: a door on each rank's states (rank 0's keeps the trace and, when armed, the
+// selection ledger's recorder inside its graphs).
+static sd_code open_door(const run_opts *o, generation *g, int rank, const sd_model *target, trace_burst *tb, run_ledger *rl,
                          sd_cli_door **door, sd_status *st) {
     sd_cli_door_opts dopt = {.k = g->draft ? (int)o->k : 0, .temperature = (float)o->temperature, .seed = o->seed,
-                             .trace = tb->level ? tb : NULL};
-    if (o->ledger) {
+                             .trace = tb->level && !rank ? tb : NULL};
+    if (o->ledger && !rank) {
         run_ledger_init(rl, target);
         dopt.ledger = &rl->L;
         dopt.after_target = run_ledger_after_target;
         dopt.ctx = rl;
     }
-    SD_TRY(sd_cli_door_open(o->be, target, &g->ts[0], g->draft, &g->ds[0], &dopt, door, st));
-    g->ctl[0].runner = sd_cli_door_runner(*door);
+    const sd_model *draft = g->draft ? sd_tp_group_draft(g->group, rank, g->draft) : NULL;
+    SD_TRY(sd_cli_door_open(o->be, target, &g->ts[rank], draft, &g->ds[rank], &dopt, door, st));
+    g->ctl[rank].runner = sd_cli_door_runner(*door);
     return SD_OK;
 }
 
@@ -160,16 +163,16 @@ int cmd_run(int argc, char **argv) {
     memset(host, 0, sizeof host);
     memset(dev, 0, sizeof dev);
     sd_tp_group group = {0};
-    sd_cli_door *door = NULL;
+    sd_cli_door *door[SD_TP_MAX_RANKS] = {NULL};
     run_ledger rl = {0};
     receipt_writer rw = {0};
     trace_timeline tl = {0};
     char layout_buf[2048];
     const char *source;
     const int level = resolve_level(&o, &source), threads = sd_cli_threads(o.threads);
-    const int ranks = o.tp.ranks ? o.tp.ranks : 1;
+    const int ranks = sd_cli_tp_local_ranks(&o.tp);
     static generation gen; // per-rank states and outputs: too big for the stack
-    gen = (generation){.o = &o};
+    gen = (generation){.o = &o, .group = &group};
     bool have_out = true;
     for (int r = 0; r < ranks; r++) have_out &= (gen.out[r] = malloc(sizeof(int) * (size_t)o.max_new)) != NULL;
     sd_cli_interrupt_install();
@@ -180,10 +183,16 @@ int cmd_run(int argc, char **argv) {
     if (!c) c = sd_cli_tp_check_backend(&o.tp, o.be, &st);
     if (!c && o.graph) c = sd_cli_door_check_backend(o.be, &st); // before loading anything
     if (!c) c = setup(&o, host, dev, use, &st);
-    if (!c && o.tp.ranks) c = sd_cli_tp_group(&o.tp, use[0], &group, &st);
+    if (!c && o.tp.ranks) c = sd_cli_tp_group(&o.tp, use[0], o.spec ? use[1] : NULL, &group, &st);
     gen.draft = !c && o.spec ? use[1] : NULL;
     for (int r = 0; !c && r < ranks; r++) c = init_states(&gen, r, o.tp.ranks ? &group.shards[r] : use[0], &st);
     const char *layout = sd_cli_tp_layout(&group, layout_buf, sizeof layout_buf);
+    // Rank 0's models: what the trace drains and the receipt and the Chrome trace name.
+    sd_model *first[2] = {use[0], use[1]};
+    if (!c && o.tp.ranks) {
+        first[0] = &group.shards[0];
+        if (use[1]) first[1] = (sd_model *)sd_tp_group_draft(&group, 0, use[1]);
+    }
 
     for (int r = 0; r < ranks; r++) {
         gen.ctl[r] = (sd_gen_control){.stop = &sd_cli_stop_signal};
@@ -193,11 +202,12 @@ int cmd_run(int argc, char **argv) {
         }
     }
     trace_burst tb;
-    trace_burst_begin(&tb, c ? 0 : level, o.spec ? (int)o.k : 0, sync_both, use);
+    trace_burst_begin(&tb, c ? 0 : level, o.spec ? (int)o.k : 0, sync_both, first);
     if (o.chrome) trace_burst_use_timeline(&tb, &tl);
     gen.tb = level ? &tb : NULL;
-    if (!c && o.graph) c = open_door(&o, &gen, use[0], &tb, &rl, &door, &st);
-    if (!c && o.receipt) c = open_receipt(&rw, &o, use[0], use[1], level, source, threads, layout, &st);
+    for (int r = 0; !c && o.graph && r < ranks; r++)
+        c = open_door(&o, &gen, r, o.tp.ranks ? &group.shards[r] : use[0], &tb, &rl, &door[r], &st);
+    if (!c && o.receipt) c = open_receipt(&rw, &o, first[0], first[1], level, source, threads, layout, &st);
 
     run_reporter rep;
     double t0 = (double)trace_now_ns() * 1e-9;
@@ -222,17 +232,17 @@ int cmd_run(int argc, char **argv) {
     if (!c && o.receipt)
         c = receipt_finish(&rw, ctl->end == SD_GEN_STOPPED ? "interrupted" : "complete", run_stop_reason(ctl->end),
                            ctl->n_out, &st);
-    if (!c && o.chrome) c = write_chrome(&o, &tl, use, &st);
+    if (!c && o.chrome) c = write_chrome(&o, &tl, first, &st);
     if (c && rw.path) receipt_finish(&rw, "failed", NULL, ctl->n_out, &(sd_status){0}); // what st says stays
     run_result res = {.tokens = gen.out[0], .n = ctl->n_out, .secs = secs, .end = ctl->end, .threads = threads,
-                      .stats = o.spec ? &gen.stats[0] : NULL, .ranks = ranks, .layout = layout};
+                      .stats = o.spec ? &gen.stats[0] : NULL, .ranks = o.tp.ranks ? o.tp.ranks : 1, .layout = layout};
     if (!c && o.json) run_print_json(&o, &res);
     else if (!c) run_print_human(&o, &res);
     else if (generating && o.stream) putchar('\n'); // end the streamed tokens' line before the error
     fflush(stdout);
 
     if (group.abandoned) return sd_cli_fail(cmd, &st); // a rank's thread may still read what we hold
-    sd_cli_door_close(door);
+    for (int r = 0; r < ranks; r++) sd_cli_door_close(door[r]);
     if (o.ledger) run_ledger_free(&rl);
     receipt_close(&rw);
     trace_timeline_free(&tl);

@@ -1,7 +1,7 @@
 // door_select.h — the CLI's way to the decode-graph door (engine/cuda/cuda_door.h) and the MoE
 // arms, without knowing CUDA: open a door for a run's models and hand the generation loop its
 // round runner (generate.h), set a model's MoE arm, and name the selection ledger's device memory.
-// Beside backend_select.c, the only CLI file that knows the CUDA backend exists.
+// With backend_select.c and tp_select.c, the CLI files that know the CUDA backend exists.
 #pragma once
 #include <stdbool.h>
 #include "backend_select.h" // sd_cli_backend

@@ -70,7 +70,7 @@ static const char *HELP =
 
 // Every option as given: NULL / false when absent.
 typedef struct {
-    const char *model, *draft, *backend, *k, *threads, *tp, *tp_timeout, *tp_stop;
+    const char *model, *draft, *backend, *k, *threads, *tp, *tp_timeout, *tp_stop, *rank, *nccl_id;
     const char *prompt, *prompt_file, *prompt_len, *max_new, *temperature, *seed;
     const char *trace, *tag, *receipt, *chrome;
     bool plain, graph, ignore_eos, json, stream, progress;
@@ -85,7 +85,7 @@ static const struct {
 } options[] = {
     VALUE("--model", model), VALUE("--draft", draft), FLAG("--plain", plain), VALUE("--k", k),
     VALUE("--backend", backend), VALUE("--threads", threads), VALUE("--tp", tp), VALUE("--tp-timeout", tp_timeout),
-    VALUE("--tp-stop", tp_stop), FLAG("--graph", graph),
+    VALUE("--tp-stop", tp_stop), VALUE("--rank", rank), VALUE("--nccl-id", nccl_id), FLAG("--graph", graph),
     VALUE("--prompt", prompt), VALUE("--prompt-file", prompt_file), VALUE("--prompt-len", prompt_len),
     VALUE("--max-new", max_new), FLAG("--ignore-eos", ignore_eos), VALUE("--temperature", temperature),
     VALUE("--seed", seed),
@@ -153,10 +153,9 @@ static bool check_models(const run_given *g, run_opts *o, sd_status *st) {
     if (o->ledger && !o->graph)
         return sd_fail(st, SD_ERR_USAGE, "%s=1 arms the selection ledger inside the door's graphs: it needs --graph "
                                          "(or %s=1)", LEDGER_ENV, DECODE_GRAPH_ENV), false;
-    if (o->graph && g->tp)
-        return sd_fail(st, SD_ERR_USAGE, "--graph with --tp: the door runs one device's rounds (no ranks yet)"), false;
+    const sd_cli_tp_args tp = {.tp = g->tp, .timeout = g->tp_timeout, .stop = g->tp_stop, .rank = g->rank, .nccl_id = g->nccl_id};
     return !sd_cli_backend_parse(g->backend, &o->be, st) &&
-           !sd_cli_tp_parse(g->tp, g->tp_timeout, g->tp_stop, &o->tp, st) &&
+           !sd_cli_tp_parse(&tp, &o->tp, st) &&
            (!g->k || sd_parse_int("--k", g->k, 1, SD_SPEC_MAX_K, &o->k, st)) &&
            (!g->threads || sd_parse_int("--threads", g->threads, 1, 4096, &o->threads, st));
 }

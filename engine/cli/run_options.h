@@ -13,7 +13,7 @@ typedef struct run_opts {
     sd_cli_backend be;
     bool demo, plain, spec;    // spec: speculative rounds (a draft, not --plain)
     long k, threads;           // threads 0: the default (host_cpu.h)
-    sd_cli_tp tp;              // --tp: emulated ranks (tp.ranks 0: one device)
+    sd_cli_tp tp;              // --tp: emulated or device ranks (tp.ranks 0: one device)
     bool graph;                // --graph / SPECDEC_DECODE_GRAPH=1: rounds through the decode-graph door
     bool ledger;               // SPECDEC_GRAPH_SEL_LEDGER=1: the selection ledger armed in the door's graphs
     // input

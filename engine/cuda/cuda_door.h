@@ -21,6 +21,12 @@
 // must be in event mode, trace_burst_use_events), whose elapsed times are added to the buckets
 // after each replay — never a drain inside a graph. The events stay the graph's until it closes.
 //
+// A target that is a rank of a tensor-parallel group (target->comm; its draft the rank's own
+// replica on the same device) captures its collectives inside the graphs: every rank captures
+// and replays the same graphs, so they meet in the same collectives (docs/PARALLEL.md). Each
+// replay numbers and watches them as eager ones (parallel/comm.h sd_comm_replay), and each drain
+// is followed by the group's check: a rank of a broken group fails with the group's message.
+//
 // The door refuses to open (SD_ERR_USAGE) with the eager MoE arm, a route tap (on_route) or any
 // other host readback armed, models on different devices or not on a GPU; a capture or
 // instantiate failure is an error naming the graph and the CUDA error — never an eager fallback.

@@ -6,8 +6,11 @@
 // arm can be captured (the eager arm reads the routing back to the host by design); level-2
 // trace buckets and on_route are not part of a graph. The kernels are captured in the process's
 // launch mode (kernels/pdl.h).
+// A rank of a tensor-parallel group captures its collectives too (every rank captures alike);
+// each replay numbers and watches them as eager ones (parallel/comm.h sd_comm_replay).
 #pragma once
-#include "cuda_backend.h" // sd_model, sd_state, sd_status
+#include "cuda_backend.h"  // sd_model, sd_state, sd_status
+#include "parallel/comm.h" // sd_comm_window
 
 typedef struct sd_cuda_graph {
     const sd_model *model;
@@ -15,6 +18,7 @@ typedef struct sd_cuda_graph {
     int T;
     void *exec;      // cudaGraphExec_t
     int *tokens_host, *argmax_host; // (T) pinned, device-mapped: read and written by the graph's kernels
+    sd_comm_window window;          // the collectives the graph holds (a rank of a group)
 } sd_cuda_graph;
 
 // Capture the forward of T tokens (1 <= T <= s->max_T) on state s of device model m. Nothing

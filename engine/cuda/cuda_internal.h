@@ -24,9 +24,12 @@ sd_code sd_cuda_forward(const sd_model *m, sd_state *s, const int *tokens, int T
 // (the cursor, KDA slot n0, conv rows) before their predecessor-wait (kda.h, mla.h).
 sd_code sd_cuda_walk(sd_cuda_backend *b, const sd_model *m, sd_state *s, const int *tokens, int T,
                      const sd_forward_opts *opts, sd_status *st);
-// The head's launches alone (head.c): rmsnorm + lm_head of rows first .. first+n_out-1 into the
-// state's logits scratch, on b->stream, no host sync (sd_cuda_head, and the graph of graph.c).
+// The head's launches alone (head.c), on b->stream, no host sync, capturable (sd_cuda_head, the
+// graphs of graph.c and door.c): rmsnorm + lm_head of rows first .. first+n_out-1 as whole rows
+// (n_out × V) into the state's logits scratch; or each row's argmax into out (device or pinned
+// memory). A rank of a group does its part of the vocabulary and the head's collectives.
 sd_code sd_cuda_head_logits(sd_cuda_backend *b, const sd_model *m, sd_state *s, int first, int n_out, sd_status *st);
+sd_code sd_cuda_head_argmax(sd_cuda_backend *b, const sd_model *m, sd_state *s, int first, int n_out, int *out, sd_status *st);
 // The end of sd_cuda_forward (head.c): the head's launches for the output rows (T, or row T-1
 // with last_only), then what logits and opts ask for (logits, argmax, softmax into opts->probs,
 // draws), then the forward's one drain of b->stream: every host result is valid on return.

@@ -4,12 +4,12 @@
 #include <string.h>
 #include "acceptance.h"    // sd_cuda_accept
 #include "check.h"         // SD_CUDA_CHECK
-#include "cuda_internal.h" // sd_cuda_walk, sd_cuda_head_logits, sd_cuda_state_is_ours
-#include "cuda_scratch.h"  // sd_cuda_scratch_of
+#include "cuda_internal.h" // sd_cuda_walk, sd_cuda_head_logits, sd_cuda_head_argmax, sd_cuda_state_is_ours
 #include "cursor.h"        // sd_cuda_cursor_commit
 #include "philox.h"        // SD_DRAW_DRAFT, SD_DRAW_DECODE
 #include "round.h"         // sd_cuda_round_publish
-#include "sampling.h"      // sd_cuda_argmax, sd_cuda_softmax, sd_cuda_sample_rows
+#include "sampling.h"      // sd_cuda_softmax, sd_cuda_sample_rows
+#include "parallel/comm.h" // sd_comm_capture_begin, sd_comm_replay, sd_comm_check
 #include "spec.h"          // SD_SPEC_MAX_K
 
 // The graphs of a round, in phase order (trace.h's phases); a plain step is one STEP graph.
@@ -31,6 +31,7 @@ struct sd_cuda_door {
     float *p, *q, *work; // sampled: (k + 1, V) each, and (V); in the target's device memory
     int *pub;            // pinned, device-mapped (k + 2): n, bonus, d_1 .. d_k
     cudaGraphExec_t exec[G_COUNT];
+    sd_comm_window win[G_COUNT]; // the collectives each graph holds (a target that is a rank of a group)
     trace_pair *vpairs;  // level 2: the verify graph's event pairs, re-recorded by every replay
     int n_vpairs;
 };
@@ -52,11 +53,9 @@ static sd_code enqueue_forward(sd_cuda_door *d, const sd_model *m, sd_state *s, 
     sd_cuda_backend *b = sd_cuda_backend_of(m);
     const int V = m->cfg.vocab_size;
     SD_TRY(sd_cuda_walk(b, m, s, tokens, T, opts, st));
+    if (!pr->probs) return pr->pick ? sd_cuda_head_argmax(b, m, s, 0, T, pr->pick, st) : sd_cuda_head_logits(b, m, s, 0, T, st);
     SD_TRY(sd_cuda_head_logits(b, m, s, 0, T, st));
-    float *logits = s->scratch.logits;
-    if (!pr->probs) return pr->pick ? sd_cuda_argmax(logits, T, V, pr->pick, sd_cuda_scratch_of(s).argmax_ws, b->stream, st)
-                                    : SD_OK;
-    SD_TRY(sd_cuda_softmax(logits, T, V, d->o.temperature, pr->probs, b->stream, st));
+    SD_TRY(sd_cuda_softmax(s->scratch.logits, T, V, d->o.temperature, pr->probs, b->stream, st));
     if (!pr->pick) return SD_OK;
     const sd_dev_draw at = {.round_dev = d->round, .pos = {s->cursor, pr->pos_offset}};
     return sd_cuda_sample_rows(pr->probs, T, V, d->o.seed, at, pr->purpose, pr->pick, b->stream, st);
@@ -119,10 +118,13 @@ static sd_code capture(sd_cuda_door *d, int g, sd_status *st) {
     cudaStream_t q = d->tb->stream;
     cudaError_t e = cudaStreamBeginCapture(q, cudaStreamCaptureModeThreadLocal);
     if (e != cudaSuccess) return sd_fail(st, SD_ERR_SYS, "graph door: capture of the %s graph: %s", graph_name[g], cudaGetErrorString(e));
+    sd_comm_capture_begin(d->target->comm); // every rank captures the same collectives
     sd_status body_st = {0};
-    const sd_code body = bodies[g](d, &body_st);
+    sd_code body = bodies[g](d, &body_st);
     cudaGraph_t graph = NULL;
     e = cudaStreamEndCapture(q, &graph); // always end what began
+    if (!body) body = sd_comm_capture_end(d->target->comm, &d->win[g], &body_st);
+    else sd_comm_capture_end(d->target->comm, &d->win[g], NULL);
     sd_code rc = SD_OK;
     if (body) rc = sd_fail(st, body, "graph door: capture of the %s graph: %s", graph_name[g], body_st.msg);
     else if (e != cudaSuccess)
@@ -236,8 +238,10 @@ void sd_cuda_door_close(sd_cuda_door *d) {
     if (!d) return;
     cudaSetDevice(d->tb->device);
     cudaStreamSynchronize(d->tb->stream);
-    for (int g = 0; g < G_COUNT; g++)
+    for (int g = 0; g < G_COUNT; g++) {
         if (d->exec[g]) cudaGraphExecDestroy(d->exec[g]);
+        sd_comm_window_free(&d->win[g]);
+    }
     cudaFree(d->dev);
     cudaFreeHost(d->pub);
     free(d->vpairs);
@@ -245,14 +249,32 @@ void sd_cuda_door_close(sd_cuda_door *d) {
 }
 
 // ---------------------------------------------------------------------------- replay
-static sd_code launch(sd_cuda_door *d, int g, sd_status *st) {
-    const cudaError_t e = cudaGraphLaunch(d->exec[g], d->tb->stream);
-    if (e != cudaSuccess) return sd_fail(st, SD_ERR_SYS, "graph door: launch of the %s graph: %s", graph_name[g], cudaGetErrorString(e));
+typedef struct {
+    sd_cuda_door *d;
+    int g;
+} graph_launch;
+
+static sd_code launch_graph(void *ctx, sd_status *st) {
+    const graph_launch *l = ctx;
+    const cudaError_t e = cudaGraphLaunch(l->d->exec[l->g], l->d->tb->stream);
+    if (e != cudaSuccess)
+        return sd_fail(st, SD_ERR_SYS, "graph door: launch of the %s graph: %s", graph_name[l->g], cudaGetErrorString(e));
     return SD_OK;
 }
 
+// A replay: through the target's comm when it is a rank of a group (its collectives numbered and
+// watched as eager ones, parallel/comm.h), else the launch alone.
+static sd_code launch(sd_cuda_door *d, int g, sd_status *st) {
+    graph_launch l = {d, g};
+    return sd_comm_replay(d->target->comm, &d->win[g], launch_graph, &l, st);
+}
+
+// The stream drained; a rank of a broken group then reports the group's failure (an aborted
+// collective leaves the round's results meaningless).
 static sd_code drain(sd_cuda_door *d, sd_status *st) {
-    SD_CUDA_CHECK(st, cudaStreamSynchronize(d->tb->stream));
+    const cudaError_t e = cudaStreamSynchronize(d->tb->stream);
+    SD_TRY(sd_comm_check(d->target->comm, st));
+    SD_CUDA_CHECK(st, e);
     return SD_OK;
 }
 

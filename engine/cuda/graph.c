@@ -6,15 +6,11 @@
 #include <string.h>
 #include "check.h"         // SD_CUDA_CHECK
 #include "cuda_internal.h" // sd_cuda_walk, sd_cuda_head_logits, sd_cuda_state_is_ours
-#include "cuda_scratch.h"  // sd_cuda_scratch_of
-#include "sampling.h"      // sd_cuda_argmax
 
 // The graph's body on b->stream (in capture mode).
 static sd_code enqueue(sd_cuda_backend *b, const sd_model *m, sd_state *s, const sd_cuda_graph *g, sd_status *st) {
     SD_TRY(sd_cuda_walk(b, m, s, g->tokens_host, g->T, NULL, st));
-    SD_TRY(sd_cuda_head_logits(b, m, s, 0, g->T, st));
-    return sd_cuda_argmax(s->scratch.logits, g->T, m->cfg.vocab_size, g->argmax_host, sd_cuda_scratch_of(s).argmax_ws,
-                          b->stream, st);
+    return sd_cuda_head_argmax(b, m, s, 0, g->T, g->argmax_host, st);
 }
 
 sd_code sd_cuda_graph_capture(const sd_model *m, sd_state *s, int T, sd_cuda_graph *g, sd_status *st) {
@@ -44,10 +40,14 @@ sd_code sd_cuda_graph_capture(const sd_model *m, sd_state *s, int T, sd_cuda_gra
         // The launches keep the process's overlap mode (pdl.h): captured, it becomes the graph's
         // programmatic edges, so a replay overlaps each kernel's prologue (its weight copies)
         // with its predecessor's tail as a stream launch does.
+        sd_comm_capture_begin(m->comm);
         sd_code body = enqueue(b, m, s, g, st);
         cudaError_t e = cudaStreamEndCapture(b->stream, &graph); // always end what began
+        sd_status wst = {0};
+        const sd_code win = sd_comm_capture_end(m->comm, &g->window, &wst);
         if (body) rc = body;
         else if (e != cudaSuccess) rc = sd_fail(st, SD_ERR_SYS, "cuda graph: end capture: %s", cudaGetErrorString(e));
+        else if (win) rc = sd_fail(st, win, "%s", wst.msg);
     }
     if (!rc) {
         cudaGraphExec_t exec = NULL;
@@ -63,6 +63,12 @@ sd_code sd_cuda_graph_capture(const sd_model *m, sd_state *s, int T, sd_cuda_gra
     return rc;
 }
 
+static sd_code launch(void *ctx, sd_status *st) {
+    const sd_cuda_graph *g = ctx;
+    SD_CUDA_CHECK(st, cudaGraphLaunch((cudaGraphExec_t)g->exec, sd_cuda_backend_of(g->model)->stream));
+    return SD_OK;
+}
+
 sd_code sd_cuda_graph_forward(sd_cuda_graph *g, const int *tokens, int *argmax, sd_status *st) {
     if (!g->exec) return sd_fail(st, SD_ERR_USAGE, "cuda graph: not captured");
     sd_state *s = g->state;
@@ -72,8 +78,9 @@ sd_code sd_cuda_graph_forward(sd_cuda_graph *g, const int *tokens, int *argmax, 
     sd_cuda_backend *b = sd_cuda_backend_of(g->model);
     SD_CUDA_CHECK(st, cudaSetDevice(b->device));
     memcpy(g->tokens_host, tokens, sizeof(int) * (size_t)T); // the previous replay drained; the embedding reads them here
-    SD_CUDA_CHECK(st, cudaGraphLaunch((cudaGraphExec_t)g->exec, b->stream));
+    SD_TRY(sd_comm_replay(g->model->comm, &g->window, launch, g, st));
     SD_CUDA_CHECK(st, cudaStreamSynchronize(b->stream)); // its argmax kernel wrote argmax_host
+    SD_TRY(sd_comm_check(g->model->comm, st));
     memcpy(argmax, g->argmax_host, sizeof(int) * (size_t)T);
     sd_state_advance(s, T); // the graph advanced the device cursor
     return SD_OK;
@@ -83,5 +90,6 @@ void sd_cuda_graph_free(sd_cuda_graph *g) {
     if (g->exec) cudaGraphExecDestroy((cudaGraphExec_t)g->exec);
     cudaFreeHost(g->tokens_host);
     cudaFreeHost(g->argmax_host);
+    sd_comm_window_free(&g->window);
     memset(g, 0, sizeof *g);
 }

@@ -6,6 +6,12 @@
 // there directly: cuda_backend.h). The order makes the in-place softmax safe: the copy and the
 // argmax read the scratch before the softmax overwrites it. Numerics are kernels/sampling.cu's:
 // the CPU's operation order (expf may differ by an ulp).
+//
+// A rank of a tensor-parallel group (m->comm) holds the head's rows of its vocabulary slice
+// (docs/PARALLEL.md "The head", engine/parallel/head.h on the CPU): argmaxes alone come from each
+// rank's slice as (value, global id) pairs, all-gathered and combined in rank order; whole rows
+// (logits asked for, or sampling) are the ranks' slices all-gathered and laid out, then the same
+// softmax and draws as on one device. Each collective is capturable, so the door's graphs hold them.
 #include <stdbool.h>
 #include <string.h>
 #include "check.h"         // SD_CUDA_CHECK
@@ -13,6 +19,8 @@
 #include "cuda_scratch.h"  // sd_cuda_scratch_of
 #include "linear.h"        // sd_cuda_linear_multi_norm
 #include "sampling.h"      // sd_cuda_argmax, sd_cuda_softmax, sd_cuda_sample_rows
+#include "tp_head.h"       // sd_cuda_tp_argmax_pairs, _combine, _lay_rows
+#include "parallel/comm.h" // sd_comm_gather_to, sd_comm_check
 
 // The pinned (device-mapped) buffer for the draws of n rows (grown, never shrunk). Called before
 // the head's launches: no kernel still writes the old buffer (every forward drains).
@@ -26,15 +34,54 @@ static sd_code ensure_sample_buffers(sd_cuda_backend *b, int n, sd_status *st) {
     return SD_OK;
 }
 
-sd_code sd_cuda_head_logits(sd_cuda_backend *b, const sd_model *m, sd_state *s, int first, int n_out, sd_status *st) {
+// rmsnorm + lm_head of rows first .. first+n_out-1 into y (n_out rows of ldy: the head's rows).
+// The final norm rides in the lm_head launch, as every sublayer's norm rides in its first
+// launch (linear.h: bitwise sd_cuda_rmsnorm then sd_cuda_linear).
+static sd_code head_rows(sd_cuda_backend *b, const sd_model *m, sd_state *s, int first, int n_out, float *y, sd_status *st) {
     const sd_config *c = &m->cfg;
     const int D = c->hidden_size;
     sd_scratch *x = &s->scratch;
-    // The final norm rides in the lm_head launch, as every sublayer's norm rides in its first
-    // launch (linear.h: bitwise sd_cuda_rmsnorm then sd_cuda_linear).
     const sd_lin_norm norm = {.x = x->x + (size_t)first * D, .w = m->w.final_norm, .eps = c->rms_norm_eps, .n = D, .out = x->a};
-    const sd_lin_job j = {.w = &m->w.lm_head, .x = x->a, .ldx = D, .y = x->logits, .ldy = c->vocab_size, .mode = SD_LIN_STORE};
+    const sd_lin_job j = {.w = &m->w.lm_head, .x = x->a, .ldx = D, .y = y, .ldy = m->w.lm_head.rows, .mode = SD_LIN_STORE};
     return sd_cuda_linear_multi_norm(&j, 1, n_out, &norm, b->stream, st);
+}
+
+// A rank's whole rows: its slice (n_out × vocab_count) in a block padded to n_out × vocab_max
+// floats — the same bytes from every rank — all-gathered and laid into the logits scratch.
+static sd_code group_logits(sd_cuda_backend *b, const sd_model *m, sd_state *s, int first, int n_out, sd_status *st) {
+    sd_comm *comm = m->comm;
+    const sd_tp_plan *p = comm->plan;
+    const sd_cuda_scratch g = sd_cuda_scratch_of(s);
+    const size_t block = (size_t)n_out * (size_t)p->vocab_max;
+    SD_TRY(head_rows(b, m, s, first, n_out, g.tp_head, st));
+    SD_TRY(sd_comm_gather_to(comm, SD_COMM_ALL_GATHER, -1, "head logits", g.tp_head, block * sizeof(float), g.tp_gather, st));
+    sd_cuda_tp_vocab v = {.ranks = p->ranks};
+    for (int r = 0; r < p->ranks; r++) {
+        v.first[r] = p->rank[r].vocab.first;
+        v.count[r] = p->rank[r].vocab.count;
+    }
+    return sd_cuda_tp_lay_rows(g.tp_gather, &v, n_out, block, m->cfg.vocab_size, s->scratch.logits, b->stream, st);
+}
+
+sd_code sd_cuda_head_logits(sd_cuda_backend *b, const sd_model *m, sd_state *s, int first, int n_out, sd_status *st) {
+    if (m->comm) return group_logits(b, m, s, first, n_out, st);
+    return head_rows(b, m, s, first, n_out, s->scratch.logits, st);
+}
+
+sd_code sd_cuda_head_argmax(sd_cuda_backend *b, const sd_model *m, sd_state *s, int first, int n_out, int *out, sd_status *st) {
+    const sd_cuda_scratch g = sd_cuda_scratch_of(s);
+    if (!m->comm) {
+        SD_TRY(head_rows(b, m, s, first, n_out, s->scratch.logits, st));
+        return sd_cuda_argmax(s->scratch.logits, n_out, m->cfg.vocab_size, out, g.argmax_ws, b->stream, st);
+    }
+    sd_comm *comm = m->comm;
+    const sd_tp_range mine = comm->plan->rank[comm->rank].vocab;
+    SD_TRY(head_rows(b, m, s, first, n_out, g.tp_head, st));
+    SD_TRY(sd_cuda_argmax(g.tp_head, n_out, mine.count, g.tp_idx, g.argmax_ws, b->stream, st)); // none at count 0
+    SD_TRY(sd_cuda_tp_argmax_pairs(g.tp_head, n_out, mine.count, mine.first, g.tp_idx, g.tp_pairs, b->stream, st));
+    SD_TRY(sd_comm_gather_to(comm, SD_COMM_ALL_GATHER, -1, "head argmax", g.tp_pairs, sizeof(sd_cuda_tp_pick) * (size_t)n_out,
+                             g.tp_gather, st));
+    return sd_cuda_tp_argmax_combine((const sd_cuda_tp_pick *)g.tp_gather, comm->ranks, n_out, out, b->stream, st);
 }
 
 bool sd_cuda_head_launches(const float *logits, const sd_forward_opts *opts) {
@@ -54,7 +101,9 @@ sd_code sd_cuda_head(sd_cuda_backend *b, const sd_model *m, sd_state *s, int T, 
     const sd_cuda_scratch g = sd_cuda_scratch_of(s);
 
     if (sampled) SD_TRY(ensure_sample_buffers(b, s->max_T > T ? s->max_T : T, st));
-    if (sd_cuda_head_launches(logits, opts)) { // the logits stay on the device unless asked for
+    if (!logits && !sampling && argmax) { // argmaxes alone: the logits stay on the device
+        SD_TRY(sd_cuda_head_argmax(b, m, s, first, n_out, b->argmax_host, st));
+    } else if (sd_cuda_head_launches(logits, opts)) { // whole rows
         SD_TRY(sd_cuda_head_logits(b, m, s, first, n_out, st));
         if (logits)
             SD_CUDA_CHECK(st, cudaMemcpyAsync(logits, x->logits, sizeof(float) * (size_t)n_out * V, cudaMemcpyDeviceToHost, q));
@@ -70,6 +119,7 @@ sd_code sd_cuda_head(sd_cuda_backend *b, const sd_model *m, sd_state *s, int T, 
         }
     }
     SD_CUDA_CHECK(st, cudaStreamSynchronize(q));
+    SD_TRY(sd_comm_check(m->comm, st)); // an aborted collective leaves nothing here worth reading
     if (argmax) memcpy(argmax, b->argmax_host, sizeof(int) * (size_t)n_out);
     if (sampled) memcpy(sampled, b->sampled_host, sizeof(int) * (size_t)n_out);
     return SD_OK;

@@ -85,10 +85,14 @@ static sd_code experts_eager(sd_cuda_backend *b, sd_state *s, const sd_cuda_moe_
         b->groups_cap = n_int;
     }
     int *groups = b->groups_host; // free: the route readback drained the stream, so the last upload is done
+    for (int i = 0; i < T * K; i++) // a broken group's stream may have left anything there
+        if (b->sel_host[i] < 0 || b->sel_host[i] >= E)
+            return sd_fail(st, SD_ERR_SYS, "cuda moe: routed expert %d outside 0..%d", b->sel_host[i], E - 1);
     sd_cuda_moe_groups_host(b->sel_host, T, K, E, groups);
     SD_CUDA_CHECK(st, cudaMemcpyAsync((void *)ma->groups, groups, n_int * sizeof(int), cudaMemcpyHostToDevice, b->stream));
-    const int n_ent = T * K, gc = n_ent < E ? n_ent : E, *gstart = groups + 1 + gc;
+    const int n_ent = T * K, gc = n_ent < E ? n_ent : E, *gexp = groups + 1, *gstart = groups + 1 + gc;
     for (int g = 0; g < groups[0]; g++) { // h row 0 is the group's first entry
+        if (gexp[g] < ma->held_first || gexp[g] >= ma->held_first + ma->held_count) continue; // another rank's expert
         SD_TRY(sd_cuda_moe_up(ma, g, g + 1, gstart[g], gstart[g + 1], false, b->stream, st));
         SD_TRY(sd_cuda_moe_down(ma, gstart[g], gstart[g + 1], false, b->stream, st));
     }
@@ -118,7 +122,8 @@ sd_code sd_cuda_moe_block(sd_cuda_backend *b, const sd_moe_weights *w, const sd_
     cudaStream_t q = b->stream;
     sd_scratch *x = &s->scratch;
     const sd_cuda_scratch g = sd_cuda_scratch_of(s);
-    const bool shared = c->num_shared_experts > 0, shared_in_up = shared && T <= MOE_SHARED_IN_UP_MAX_T;
+    // A rank holding none of the shared width has no shared expert (its part is zeros).
+    const bool shared = c->num_shared_experts > 0 && sd_config_shared_width(c) > 0, shared_in_up = shared && T <= MOE_SHARED_IN_UP_MAX_T;
     // The grouping lives in the gather scratch xg (T·D floats), unused otherwise.
     if (sd_cuda_moe_groups_ints(T, K, E) > (size_t)T * D)
         return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda moe: the expert grouping of %d tokens needs %zu ints > %d", T,
@@ -142,7 +147,9 @@ sd_code sd_cuda_moe_block(sd_cuda_backend *b, const sd_moe_weights *w, const sd_
     }
     if (ledger) SD_TRY(ledger_record_device(ledger, b->device, layer, x->sel, x->w, T * K, b->stream, st));
     sd_cuda_moe_args ma = {.table = b->experts + (size_t)(layer - c->first_k_dense_replace) * E, .groups = groups,
-                           .T = T, .K = K, .E = E, .D = D, .Ie = Ie, .x = xin, .w = x->w, .h = x->ffn_h1,
+                           .T = T, .K = K, .E = E, .D = D, .Ie = Ie, .x = xin, .w = x->w, .sel = x->sel,
+                           .held_first = c->shard.ranks ? c->shard.expert_first : 0,
+                           .held_count = c->shard.ranks ? c->shard.expert_count : E, .h = x->ffn_h1,
                            .exp_out = x->exp_out, .shared_down = shared ? &w->shared.down : NULL,
                            .shared_gate = shared_in_up ? &w->shared.gate : NULL,
                            .shared_up = shared_in_up ? &w->shared.up : NULL, .hs = x->ffn_h2,

@@ -18,6 +18,8 @@
 #include "route.h"         // sd_route_margin (the route tap's margins, on the host)
 #include "cuda_scratch.h"  // sd_cuda_scratch_of
 #include "rows.h"          // sd_cuda_embed
+#include "tp_reduce.h"     // sd_cuda_tp_reduce
+#include "parallel/comm.h" // sd_comm_gather_to, sd_comm_check
 
 // Level-2 buckets: drain this stream first, so device time lands in the bucket whatever sync the
 // burst carries (trace_bucket_* sync again through it; the second drain is free).
@@ -120,9 +122,29 @@ sd_code sd_cuda_moe_forward(sd_cuda_backend *b, const sd_moe_weights *w, const s
     return sd_cuda_moe_block(b, w, c, s, layer, xin, T, out, false, NULL, NULL, st);
 }
 
+// A rank of a group (m->comm): its partial sublayer output x->mix (T × D) summed over the ranks
+// into the residual stream, h += all_reduce(partial) — an all-gather of every rank's partial into
+// the state's gather buffer, then the rank-order sum (kernels/tp_reduce.h: sd_comm_sum_ranks's
+// order, then the add). Both capturable: no host sync, no allocation.
+static sd_code all_reduce(sd_cuda_backend *b, sd_comm *comm, sd_state *s, int layer, const char *what, int T, sd_status *st) {
+    const size_t n = (size_t)T * s->cfg->hidden_size;
+    float *g = sd_cuda_scratch_of(s).tp_gather;
+    SD_TRY(sd_comm_gather_to(comm, SD_COMM_ALL_REDUCE, layer, what, s->scratch.mix, n * sizeof(float), g, st));
+    return sd_cuda_tp_reduce(g, comm->ranks, n, s->scratch.x, true, b->stream, st);
+}
+
+// A sublayer this rank holds none of (no head, no column): its part of the all-reduce is zeros.
+static sd_code zero_part(sd_cuda_backend *b, sd_state *s, int T, sd_status *st) {
+    SD_CUDA_CHECK(st, cudaMemsetAsync(s->scratch.mix, 0, sizeof(float) * (size_t)T * s->cfg->hidden_size, b->stream));
+    return SD_OK;
+}
+
 // One layer: h += mixer(rmsnorm(h)); h += ffn(rmsnorm(h)) (model.c layer_forward): each norm
 // fused into the sublayer's first launch (sd_cuda_linear_multi_norm: bitwise sd_cuda_rmsnorm),
-// each add into the launch that writes the sublayer's output.
+// each add into the launch that writes the sublayer's output. A rank of a group writes each
+// sublayer's partial to x->mix instead and adds the all-reduce of the ranks' partials (numbered
+// as the CPU walk's: the mixer's, then the FFN's); the level-2 buckets time the sublayer calls
+// without their all-reduces, as on the CPU.
 static sd_code layer_forward(sd_cuda_backend *b, const sd_model *m, sd_state *s, int i, int T,
                              const sd_forward_opts *opts, sd_status *st) {
     const sd_config *c = &m->cfg;
@@ -130,27 +152,31 @@ static sd_code layer_forward(sd_cuda_backend *b, const sd_model *m, sd_state *s,
     sd_scratch *x = &s->scratch;
     const int D = c->hidden_size;
     trace_burst *tb = opts ? opts->trace : NULL;
+    sd_comm *comm = m->comm;
+    float *out = comm ? x->mix : x->x; // the partial, or the residual stream with the add fused
+    const bool acc = !comm;
 
     const sd_lin_norm in_norm = {.x = x->x, .w = ly->input_norm, .eps = c->rms_norm_eps, .n = D, .out = x->a};
     uint64_t t0 = bucket_start(b, tb);
     sd_code rc;
     if (ly->mixer == SD_MIXER_KDA) {
         TRACE_RANGE_PUSH("kda");
-        rc = kda_mixer(b, &ly->kda, c, s, i, x->a, T, x->x, true, &in_norm, true, tb, st);
+        rc = c->kda_num_heads ? kda_mixer(b, &ly->kda, c, s, i, x->a, T, out, acc, &in_norm, true, tb, st) : zero_part(b, s, T, st);
         bucket_stop(b, tb, TRACE_BUCKET_VKDA, t0);
     } else {
         TRACE_RANGE_PUSH("mla");
-        rc = mla_mixer(b, &ly->mla, c, s, i, x->a, T, x->x, true, &in_norm, true, st);
+        rc = c->num_attention_heads ? mla_mixer(b, &ly->mla, c, s, i, x->a, T, out, acc, &in_norm, true, st) : zero_part(b, s, T, st);
         bucket_stop(b, tb, TRACE_BUCKET_VMLA, t0);
     }
     TRACE_RANGE_POP();
+    if (!rc && comm) rc = all_reduce(b, comm, s, i, "mixer", T, st);
     if (rc) return rc;
 
     const sd_lin_norm post_norm = {.x = x->x, .w = ly->post_norm, .eps = c->rms_norm_eps, .n = D, .out = x->a};
     t0 = bucket_start(b, tb);
     TRACE_RANGE_PUSH(ly->is_moe ? "moe" : "dense_ffn");
     if (ly->is_moe) {
-        rc = sd_cuda_moe_block(b, &ly->moe, c, s, i, x->a, T, x->x, true, &post_norm, opts ? opts->ledger : NULL, st);
+        rc = sd_cuda_moe_block(b, &ly->moe, c, s, i, x->a, T, out, acc, &post_norm, opts ? opts->ledger : NULL, st);
         const int K = c->num_experts_per_token;
         const int E = c->num_experts;
         if (!rc && opts && opts->on_route && !(rc = sd_cuda_read_route(b, s, T, K, st)) &&
@@ -160,10 +186,11 @@ static sd_code layer_forward(sd_cuda_backend *b, const sd_model *m, sd_state *s,
                                b->w_host + (size_t)t * K, K,
                                sd_route_margin(b->router_host + (size_t)t * E, b->router_host + (size_t)T * E, c));
     } else {
-        rc = dense_ffn(b, &ly->dense, x->a, T, x->ffn_h1, x->x, true, &post_norm, st);
+        rc = ly->dense.gate.rows ? dense_ffn(b, &ly->dense, x->a, T, x->ffn_h1, out, acc, &post_norm, st) : zero_part(b, s, T, st);
     }
     TRACE_RANGE_POP();
     bucket_stop(b, tb, TRACE_BUCKET_VFFN, t0);
+    if (!rc && comm) rc = all_reduce(b, comm, s, i, "ffn", T, st);
     return rc;
 }
 
@@ -213,8 +240,11 @@ sd_code sd_cuda_forward(const sd_model *m, sd_state *s, const int *tokens, int T
     if (opts && opts->probs) SD_TRY(sd_cuda_check_device_ptr(b, opts->probs, "forward: opts.probs", st));
     b->tokens_idle = false;
     memcpy(b->tokens_host, tokens, sizeof(int) * (size_t)T); // the embedding reads them there
-    SD_TRY(sd_cuda_walk(b, m, s, b->tokens_host, T, opts, st));
-    SD_TRY(sd_cuda_head(b, m, s, T, logits, last_only, opts, st)); // head.c: host results valid, the walk done
+    sd_code rc = sd_cuda_walk(b, m, s, b->tokens_host, T, opts, st);
+    if (!rc) rc = sd_cuda_head(b, m, s, T, logits, last_only, opts, st); // head.c: host results valid, the walk done
+    // A rank of a broken group reports the group's failure, whatever it met after the abort.
+    if (rc && m->comm && sd_comm_check(m->comm, st)) return st->code;
+    if (rc) return rc;
     b->tokens_idle = true;
     sd_state_advance(s, T); // the host's side of the cursor advanced above
     return SD_OK;

@@ -42,6 +42,16 @@ typedef struct {
     // The rank's program has returned (rc, st: its result). Ranks waiting for it stop waiting: a
     // failure breaks the group with "tp: rank R failed: <its message>".
     void (*leave)(void *ctx, int rank, sd_code rc, const sd_status *st);
+    // Optional (NULL on the host, whose collectives are done when all_gather returns): for a
+    // transport whose collectives complete later on the rank's device stream.
+    //   check:  the group's message once it is broken, else SD_OK. A rank calls it after each drain
+    //           of its stream: an aborted collective leaves that stream's results meaningless.
+    //   replay: collectives #first .. #first+n-1 (ops[0..n)), captured earlier inside a graph, are
+    //           about to run again: the transport watches them as its own (and may stop the rank
+    //           there, --tp-stop), then launch(launch_ctx) enqueues the graph.
+    sd_code (*check)(void *ctx, int rank, sd_status *st);
+    sd_code (*replay)(void *ctx, int rank, uint64_t first, const sd_comm_op *ops, int n,
+                      sd_code (*launch)(void *launch_ctx, sd_status *st), void *launch_ctx, sd_status *st);
     void *ctx;
 } sd_comm_transport;
 
@@ -53,7 +63,17 @@ typedef struct sd_comm {
     uint64_t seq;               // collectives this rank has issued
     void *recv, *send;          // host buffers of the CPU collectives (grown on demand)
     size_t recv_bytes, send_bytes;
+    // While a graph is captured (sd_comm_capture_begin .. _end): the ops issued, in order.
+    sd_comm_op *log;
+    int log_n, log_cap;
+    bool logging, log_failed;
 } sd_comm;
+
+// The collectives one captured graph holds, in order: what a replay of it issues again.
+typedef struct {
+    sd_comm_op *ops;
+    int n;
+} sd_comm_window;
 
 void sd_comm_init(sd_comm *c, int rank, const sd_tp_plan *plan, sd_comm_transport transport);
 void sd_comm_free(sd_comm *c);
@@ -62,6 +82,12 @@ void sd_comm_free(sd_comm *c);
 // into *recv (ranks · bytes of host memory owned by c, valid until c's next collective).
 sd_code sd_comm_all_gather(sd_comm *c, int layer, const char *what, const void *send, size_t bytes, const void **recv,
                            sd_status *st);
+
+// The next collective with the caller's buffers: every rank's `bytes` at send gathered into recv
+// (ranks · bytes). A device rank's collectives take device memory on its stream, so recv holds
+// the result only once that stream has run them (each drain is followed by sd_comm_check).
+sd_code sd_comm_gather_to(sd_comm *c, sd_comm_kind kind, int layer, const char *what, const void *send, size_t bytes,
+                          void *recv, sd_status *st);
 
 // x (n floats, this rank's partial) becomes the sum over the ranks in the fixed order (above).
 sd_code sd_comm_all_reduce(sd_comm *c, int layer, const char *what, float *x, size_t n, sd_status *st);
@@ -72,3 +98,20 @@ void sd_comm_sum_ranks(const float *g, int ranks, size_t n, float *out);
 
 // A host buffer of at least `bytes` in *buf (capacity *cap), grown as needed. false: out of memory.
 bool sd_comm_reserve(void **buf, size_t *cap, size_t bytes);
+
+// The group's message once it is broken (the transport's check), else SD_OK. c may be NULL (no
+// group: SD_OK).
+sd_code sd_comm_check(const sd_comm *c, sd_status *st);
+
+// Graphs: the collectives issued between begin and end (a capture: each is enqueued into the
+// graph, none runs) become window w (caller frees with sd_comm_window_free). Each replay of the
+// graph then goes through sd_comm_replay, which numbers the window's collectives as the next ones
+// of this rank — so numbering, watching and fault injection are the same as for eager ones.
+// c may be NULL (no group: an empty window).
+void sd_comm_capture_begin(sd_comm *c);
+sd_code sd_comm_capture_end(sd_comm *c, sd_comm_window *w, sd_status *st);
+void sd_comm_window_free(sd_comm_window *w);
+// One replay of a graph holding window w: launch(launch_ctx) enqueues it (directly when c is NULL
+// or w is empty).
+sd_code sd_comm_replay(sd_comm *c, const sd_comm_window *w, sd_code (*launch)(void *launch_ctx, sd_status *st),
+                       void *launch_ctx, sd_status *st);

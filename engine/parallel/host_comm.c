@@ -37,15 +37,8 @@ void sd_host_comm_free(sd_host_comm *h) {
 
 bool sd_host_comm_restart(sd_host_comm *h, sd_status *why) {
     pthread_mutex_lock(&h->mu);
-    sd_tp_watch *w = &h->watch;
-    const bool ok = !w->broken;
-    if (ok) {
-        memset(w->reached, 0, sizeof w->reached);
-        memset(w->left, 0, sizeof w->left);
-        memset(h->copied, 0, sizeof h->copied);
-    } else if (why) {
-        *why = w->why;
-    }
+    const bool ok = sd_tp_watch_restart(&h->watch, why);
+    if (ok) memset(h->copied, 0, sizeof h->copied);
     pthread_mutex_unlock(&h->mu);
     return ok;
 }

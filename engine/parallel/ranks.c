@@ -59,7 +59,7 @@ static void *rank_main(void *arg) {
     pthread_mutex_unlock(&r->mu);
     // After the failure is recorded, so the ranks it wakes report later than its own message.
     const sd_comm *c = t->model->comm;
-    if (c && c->transport.leave) c->transport.leave(c->transport.ctx, t->rank, rc, &st);
+    if (c && c->transport.leave) c->transport.leave(c->transport.ctx, c->rank, rc, &st);
     pthread_mutex_lock(&r->mu);
     t->done = true;
     r->returned++;
@@ -112,7 +112,7 @@ sd_code sd_tp_run(int ranks, sd_model *const *models, sd_tp_rank_fn fn, void *ct
         for (int q = started; q < ranks; q++) {
             r->th[q].done = true;
             const sd_comm *c = models[q]->comm;
-            if (c && c->transport.leave) c->transport.leave(c->transport.ctx, q, why.code, &why);
+            if (c && c->transport.leave) c->transport.leave(c->transport.ctx, c->rank, why.code, &why);
         }
     }
     await_ranks(r, grace_s);
@@ -147,6 +147,9 @@ sd_code sd_tp_run(int ranks, sd_model *const *models, sd_tp_rank_fn fn, void *ct
     return first.code;
 }
 
+static bool host_restart(void *meet, sd_status *why) { return sd_host_comm_restart(meet, why); }
+static void host_free(void *meet) { sd_host_comm_free(meet); }
+
 sd_code sd_tp_group_init(sd_tp_group *g, const sd_model *full, const sd_tp_group_opts *o, sd_status *st) {
     memset(g, 0, sizeof *g);
     sd_code rc = sd_tp_plan_make(&full->cfg, o->ranks, &g->plan, st);
@@ -157,16 +160,20 @@ sd_code sd_tp_group_init(sd_tp_group *g, const sd_model *full, const sd_tp_group
         return sd_fail(st, SD_ERR_USAGE, "tp: canary rank %d is not one of the %d ranks", o->canary_rank, o->ranks);
     if (o->stop_at > 0 && (o->stop_rank < 0 || o->stop_rank >= o->ranks))
         return sd_fail(st, SD_ERR_USAGE, "tp: stopped rank %d is not one of the %d ranks", o->stop_rank, o->ranks);
-    rc = sd_host_comm_new(&g->meet, g->ranks, g->timeout_s, st);
+    sd_host_comm *meet = NULL;
+    rc = sd_host_comm_new(&meet, g->ranks, g->timeout_s, st);
     if (rc) return rc;
-    if (o->stop_at > 0) sd_host_comm_stop_at(g->meet, o->stop_rank, o->stop_at);
+    g->meet = meet;
+    g->meet_restart = host_restart;
+    g->meet_free = host_free;
+    if (o->stop_at > 0) sd_host_comm_stop_at(meet, o->stop_rank, o->stop_at);
     g->shards = calloc((size_t)g->ranks, sizeof *g->shards);
     g->comms = calloc((size_t)g->ranks, sizeof *g->comms);
     if (!g->shards || !g->comms) rc = sd_fail(st, SD_ERR_SYS, "tp: out of memory for %d ranks", g->ranks);
     for (int r = 0; !rc && r < g->ranks; r++) {
         rc = sd_tp_shard_model(full, &g->plan, r, &g->shards[r], st);
         if (!rc && o->canary_layer >= 0 && r == o->canary_rank) rc = sd_tp_shard_canary(&g->shards[r], o->canary_layer, st);
-        sd_comm_init(&g->comms[r], r, &g->plan, sd_host_comm_transport(g->meet));
+        sd_comm_init(&g->comms[r], r, &g->plan, sd_host_comm_transport(meet));
         g->shards[r].comm = &g->comms[r];
     }
     if (rc) sd_tp_group_free(g);
@@ -176,18 +183,25 @@ sd_code sd_tp_group_init(sd_tp_group *g, const sd_model *full, const sd_tp_group
 void sd_tp_group_free(sd_tp_group *g) {
     if (g->abandoned) return; // a thread left behind may still read all of it
     for (int r = 0; g->shards && r < g->ranks; r++)
-        if (g->shards[r].w.arena) sd_model_free(&g->shards[r]);
+        if (g->shards[r].w.arena || g->shards[r].backend) sd_model_free(&g->shards[r]);
+    for (int r = 0; g->drafts && r < g->ranks; r++)
+        if (g->drafts[r].w.arena || g->drafts[r].backend) sd_model_free(&g->drafts[r]);
     for (int r = 0; g->comms && r < g->ranks; r++) sd_comm_free(&g->comms[r]);
     free(g->shards);
+    free(g->drafts);
     free(g->comms);
-    sd_host_comm_free(g->meet);
+    if (g->meet) g->meet_free(g->meet);
     memset(g, 0, sizeof *g);
+}
+
+const sd_model *sd_tp_group_draft(const sd_tp_group *g, int i, const sd_model *draft) {
+    return g && g->drafts ? &g->drafts[i] : draft;
 }
 
 sd_code sd_tp_group_run(sd_tp_group *g, sd_tp_rank_fn fn, void *ctx, sd_status *rank_st, sd_status *st) {
     sd_status why;
     if (g->abandoned) return sd_fail(st, SD_ERR_USAGE, "tp: this group left a rank's thread behind; it cannot run again");
-    if (!sd_host_comm_restart(g->meet, &why)) {
+    if (!g->meet_restart(g->meet, &why)) {
         if (st) *st = why;
         return why.code;
     }

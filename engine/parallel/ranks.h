@@ -11,7 +11,9 @@
 #include "plan.h"  // sd_tp_plan
 
 // A rank's program: what one rank runs on `model` (its shard, model->comm set), e.g. a whole
-// generation. Every rank's program must issue the same forwards in the same order.
+// generation. Every rank's program must issue the same forwards in the same order. `rank` is the
+// index of the model among those the runner was given (the group rank itself is model->comm->rank;
+// they differ only in a process that runs one rank of several processes').
 typedef sd_code (*sd_tp_rank_fn)(void *ctx, int rank, const sd_model *model, sd_status *st);
 
 // Run fn on models[0..ranks) at once, rank r on its own thread; each rank's result in rank_st[r]
@@ -24,17 +26,28 @@ typedef sd_code (*sd_tp_rank_fn)(void *ctx, int rank, const sd_model *model, sd_
 sd_code sd_tp_run(int ranks, sd_model *const *models, sd_tp_rank_fn fn, void *ctx, double grace_s, sd_status *rank_st,
                   bool *abandoned, sd_status *st);
 
-// The emulated group of the CPU: rank r's shard of one host model in shards[r], its comm in
-// comms[r] (shards[r].comm = &comms[r]), all meeting in one host transport.
+// The ranks of a group that this process runs, each with its model and comm, meeting in one
+// transport. On the CPU (sd_tp_group_init) the group is emulated: every rank's shard of one host
+// model, meeting in a host transport. A device group (engine/cuda/cuda_tp.h) fills the same
+// struct with device models and its own transport, so both run through sd_tp_group_run.
 typedef struct sd_tp_group {
-    int ranks;
-    sd_tp_plan plan;
-    sd_model *shards;
+    int ranks;        // the ranks this process runs: shards[0..ranks), comms[0..ranks)
+    int first_rank;   // the group rank of shards[0] (0 unless one process runs one rank of several)
+    sd_tp_plan plan;  // of the whole group (plan.ranks ranks)
+    sd_model *shards; // shards[i]: group rank first_rank + i, with .comm = &comms[i]
     sd_comm *comms;
-    struct sd_host_comm *meet;
+    sd_model *drafts; // a device group's replicated draft, one per local rank on its device, or NULL
+    // Where the ranks meet (the host transport, or a device group's), readied before each run
+    // and released with the group.
+    void *meet;
+    bool (*meet_restart)(void *meet, sd_status *why);
+    void (*meet_free)(void *meet);
     double timeout_s;
     bool abandoned; // a run left a thread behind: free keeps the memory it may touch
 } sd_tp_group;
+
+// The draft local rank i runs: its own replica on a device group, else the shared `draft`.
+const sd_model *sd_tp_group_draft(const sd_tp_group *g, int i, const sd_model *draft);
 
 typedef struct {
     int ranks;           // 1..SD_TP_MAX_RANKS

@@ -13,6 +13,21 @@
 // config: it skips sd_config_parse's rules (0 heads or 0 columns are legal here).
 void sd_tp_shard_config(const sd_config *full, const sd_tp_plan *p, int rank, sd_config *out);
 
+// How each tensor of rank `rank`'s shard comes from the whole model's (the split above): a
+// matrix is its source's rows [first, first + dst->rows), or with by_cols its columns
+// [first, first + dst->cols) of every row; a vector is its source's floats [first, first + n).
+// The visitor sees every tensor of the shard once, paired with the whole model's tensor it comes
+// from (the embedding for a tied head). dst: the shard's table (sd_weights_plan of
+// sd_tp_shard_config); src: the whole model's (its data need not exist: a device generator keys
+// each element by the source tensor and index, cuda_synth.h).
+typedef struct {
+    void (*mat)(void *ctx, sd_mat *dst, const sd_mat *src, bool by_cols, int first);
+    void (*vec)(void *ctx, float **dst, float *const *src, size_t first, size_t n);
+    void *ctx;
+} sd_tp_slicer;
+void sd_tp_shard_visit(const sd_tp_plan *p, int rank, const sd_config *full, sd_weights *dst, const sd_weights *src,
+                       const sd_tp_slicer *v);
+
 // Rank `rank`'s shard of the host model `full` (loaded or synthesised; the CPU backend), in its
 // own arena. Matrices keep the whole model's dtypes.
 sd_code sd_tp_shard_model(const sd_model *full, const sd_tp_plan *p, int rank, sd_model *out, sd_status *st);

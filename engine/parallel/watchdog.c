@@ -14,6 +14,16 @@ int sd_tp_watch_behind(const sd_tp_watch *w, const uint64_t *counts, uint64_t se
     return -1;
 }
 
+bool sd_tp_watch_restart(sd_tp_watch *w, sd_status *why) {
+    if (w->broken) {
+        if (why) *why = w->why;
+        return false;
+    }
+    memset(w->reached, 0, sizeof w->reached);
+    memset(w->left, 0, sizeof w->left);
+    return true;
+}
+
 void sd_tp_watch_break(sd_tp_watch *w, const sd_status *why) {
     if (w->broken) return;
     w->broken = true;

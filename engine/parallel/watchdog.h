@@ -38,6 +38,10 @@ void sd_tp_watch_blame(sd_tp_watch *w, int rank, uint64_t seq, const sd_comm_op 
 // failed: <message>" (unless it is already broken).
 void sd_tp_watch_leave(sd_tp_watch *w, int rank, sd_code rc, const sd_status *st);
 
+// Ready for the next run: every count back to 0, every rank present — unless the group is broken,
+// which it stays: false, with its message in *why (may be NULL).
+bool sd_tp_watch_restart(sd_tp_watch *w, sd_status *why);
+
 // Break the group with a message of the caller's (a collective's own fault, e.g. mismatched sizes).
 void sd_tp_watch_break(sd_tp_watch *w, const sd_status *why);
 
