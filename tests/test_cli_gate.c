@@ -2,7 +2,9 @@
 // both arms on the host walk (the graph arm recording through the ledger's CPU stand-in) agree on
 // every (layer, token) for speculative greedy and sampled rounds and plain steps; the canary's
 // one-ulp nudge makes the gate fail naming the slot it was planted in; --json carries the same
-// verdicts; bad usage is one line and exit 2. test_cuda_gate runs the same on the GPU.
+// verdicts; under --tp every emulated rank passes against its own oracle and the cross-rank
+// verdict catches a canary rank; bad usage is one line and exit 2. test_cuda_gate runs the same
+// on the GPU.
 #include "cli_harness.h"
 
 TestSuite(cli_gate, .init = make_dir, .fini = remove_dir, .timeout = 300);
@@ -100,6 +102,38 @@ Test(cli_gate, the_canary_fails_the_gate_at_its_slot) {
     free(err);
 }
 
+// --tp 3: each emulated rank runs both arms on its shard and passes against its own oracle (its
+// own stand-in device), and the ranks route alike; --canary-rank 2 nudges rank 2's router input
+// by one ulp: every rank still agrees with itself, and the cross-rank verdict fails naming rank 2.
+Test(cli_gate, ranks_pass_alone_and_a_canary_rank_is_named) {
+    init_model("t", "1", "d", "2", "0.5");
+    int rc;
+    cJSON *j = gate_json((const char *[]){"--tp", "3", NULL}, &rc);
+    cr_expect_eq(rc, 0, "--tp 3: exit %d", rc);
+    cr_expect(cJSON_IsTrue(item(j, "pass")));
+    const cJSON *devs = item(j, "devices"), *d;
+    cr_expect_eq(cJSON_GetArraySize(devs), 3, "one verdict set per rank");
+    int r = 0;
+    cJSON_ArrayForEach(d, devs) {
+        cr_expect_eq(num(d, "rank"), r, "rank order");
+        cr_expect(cJSON_IsTrue(item(d, "pass")), "rank %d against its oracle", r);
+        cr_expect_gt(num(d, "rows_graph"), 0, "rank %d recorded nothing in the graph arm", r);
+        r++;
+    }
+    cr_expect(cJSON_IsTrue(item(item(j, "ranks"), "pass")), "the ranks route alike");
+    cJSON_Delete(j);
+
+    j = gate_json((const char *[]){"--tp", "3", "--canary-rank", "2", NULL}, &rc);
+    cr_expect_eq(rc, 1, "a canary rank must fail the gate");
+    cr_expect(cJSON_IsFalse(item(j, "pass")));
+    cJSON_ArrayForEach(d, item(j, "devices")) cr_expect(cJSON_IsTrue(item(d, "pass")), "each rank still agrees with itself");
+    const cJSON *x = item(j, "ranks");
+    cr_expect(cJSON_IsFalse(item(x, "pass")));
+    cr_expect_eq(num(x, "rank"), 2, "the cross-rank verdict names rank 2");
+    cr_expect(strstr(item(x, "message")->valuestring, "rank 2"), "%s", item(x, "message")->valuestring);
+    cJSON_Delete(j);
+}
+
 // With neither --model nor --config: the embedded demo pair; --config synthesises with a derived draft.
 Test(cli_gate, demo_and_synthesised_models) {
     const char *demo[] = {"gate", "graph-sel", "--backend", "cpu", "--tokens", "16", NULL};
@@ -125,6 +159,9 @@ Test(cli_gate, bad_usage_is_one_line_and_exit_2) {
         {"--model and --config", {"gate", "graph-sel", "--model", m, "--config", m, NULL}, "--config"},
         {"--tokens 0", {"gate", "graph-sel", "--tokens", "0", NULL}, "--tokens"},
         {"--backend gpu", {"gate", "graph-sel", "--backend", "gpu", NULL}, "--backend"},
+        {"--canary-rank without --tp", {"gate", "graph-sel", "--canary-rank", "1", NULL}, "--canary-rank"},
+        {"--canary-rank out of range", {"gate", "graph-sel", "--tp", "2", "--canary-rank", "2", NULL}, "--canary-rank"},
+        {"--tp 0", {"gate", "graph-sel", "--tp", "0", NULL}, "--tp"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         if (!cases[i].argv[1]) { // `specdec gate`: the list of gates on stderr, exit 2
@@ -139,6 +176,6 @@ Test(cli_gate, bad_usage_is_one_line_and_exit_2) {
     }
     const char *help[] = {"gate", "graph-sel", "--help", NULL};
     char *out = run_ok(help, NULL);
-    cr_expect(strstr(out, "--canary") && strstr(out, "--json"), "--help lists the options");
+    cr_expect(strstr(out, "--canary") && strstr(out, "--json") && strstr(out, "--canary-rank"), "--help lists the options");
     free(out);
 }

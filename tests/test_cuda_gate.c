@@ -68,6 +68,42 @@ Test(cuda_gate, the_canary_fails_the_gate_at_its_slot) {
     cJSON_Delete(j);
 }
 
+// --tp over every device (rank r on device r, over NCCL; N = 1 on a one-GPU machine): each rank's
+// door against its own eager oracle, and the ranks' routing alike; a canary rank is caught when
+// there are two ranks or more.
+Test(cuda_gate, graph_sel_under_a_device_group) {
+    need_gpu();
+    const int n = sd_cuda_device_count();
+    char ranks[16], last[16];
+    snprintf(ranks, sizeof ranks, "%d", n);
+    snprintf(last, sizeof last, "%d", n - 1);
+    const char *argv[] = {"gate", "graph-sel", "--backend", "cuda", "--tokens", "32", "--k", "3", "--tp", ranks, "--json", NULL};
+    char *out, *err;
+    int rc = run_cli(argv, &out, &err);
+    cr_expect_eq(rc, 0, "--tp %d: exit %d: %s", n, rc, err);
+    cJSON *j = parse_run_json(out);
+    free(out);
+    free(err);
+    cr_expect_eq(cJSON_GetArraySize(item(j, "devices")), n, "one verdict set per rank");
+    const cJSON *d;
+    cJSON_ArrayForEach(d, item(j, "devices")) {
+        cr_expect(cJSON_IsTrue(item(d, "pass")), "rank %d", (int)num(d, "rank"));
+        cr_expect_gt(num(d, "rows_graph"), 0, "rank %d: the recorder inside its graphs ran", (int)num(d, "rank"));
+    }
+    cr_expect(cJSON_IsTrue(item(item(j, "ranks"), "pass")));
+    cJSON_Delete(j);
+    if (n < 2) return; // one rank agrees with itself: the canary rank needs two
+    const char *canary[] = {"gate", "graph-sel", "--backend", "cuda", "--tokens", "32", "--k", "3", "--tp", ranks,
+                            "--canary-rank", last, "--json", NULL};
+    rc = run_cli(canary, &out, &err);
+    cr_expect_eq(rc, 1, "a canary rank must fail the gate");
+    j = parse_run_json(out);
+    free(out);
+    free(err);
+    cr_expect_eq(num(item(j, "ranks"), "rank"), n - 1, "the cross-rank verdict names the canary rank");
+    cJSON_Delete(j);
+}
+
 // `run` on the demo with extra options: its tokens.
 static int run_tokens(const char *const *extra, int *tokens, cJSON **json) {
     const char *argv[24] = {"run", "--backend", "cuda", "--max-new", "40", "--json"};

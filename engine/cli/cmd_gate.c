@@ -22,7 +22,8 @@ static const char *GATES_HELP =
 static const char *HELP =
     "usage: specdec gate graph-sel [--model DIR [--draft DIR] | --config FILE [--draft-layers N]]\n"
     "                              [--k K] [--tokens N] [--prompt IDS | --prompt-len N] [--temperature T]\n"
-    "                              [--seed S] [--backend cpu|cuda] [--canary] [--json]\n\n"
+    "                              [--seed S] [--backend cpu|cuda] [--canary] [--json]\n"
+    "                              [--tp N [--tp-timeout S] [--canary-rank R]]\n\n"
     "Runs the same prompt and rounds twice on every visible device — the eager arm (eager MoE arm,\n"
     "each token's routing read back on the host: the oracle) and the graph arm (the decode-graph\n"
     "door's captured graphs, the device-table MoE arm, the selection ledger's recorder inside the\n"
@@ -42,11 +43,18 @@ static const char *HELP =
     "  --backend cpu|cuda  where to run (default: the GPUs when visible, else the CPU)\n"
     "  --canary            nudge one routing weight by one ulp in one device slot after it is\n"
     "                      recorded: the gate must FAIL, naming that slot (a check of the gate)\n"
-    "  --json              one JSON object on stdout with the same verdicts\n";
+    "  --json              one JSON object on stdout with the same verdicts\n"
+    "  --tp N              both arms on N tensor-parallel ranks (on the CPU N threads; on cuda rank\n"
+    "                      r on device r over NCCL): every rank against its own eager oracle, and a\n"
+    "                      verdict that all ranks routed every (layer, token) alike\n"
+    "  --tp-timeout S      every collective's timeout in seconds (default 5)\n"
+    "  --canary-rank R     with --tp: nudge rank R's router input by one ulp in the first MoE layer:\n"
+    "                      the cross-rank verdict must FAIL, naming rank R (a check of the gate)\n";
 
 typedef struct {
     sd_cli_models src;
     sd_cli_backend be;
+    sd_cli_tp tp;       // tp.ranks 0: every visible device on its own
     gate_opts g;
     int *prompt;
     bool json;
@@ -63,6 +71,8 @@ static int parse(int argc, char **argv, gate_cli *c) {
     const char *k = sd_args_str(&a, "--k"), *tokens = sd_args_str(&a, "--tokens"), *prompt = sd_args_str(&a, "--prompt");
     const char *plen = sd_args_str(&a, "--prompt-len"), *temp = sd_args_str(&a, "--temperature");
     const char *seed = sd_args_str(&a, "--seed"), *backend = sd_args_str(&a, "--backend");
+    const char *tp = sd_args_str(&a, "--tp"), *tp_timeout = sd_args_str(&a, "--tp-timeout");
+    const char *canary_rank = sd_args_str(&a, "--canary-rank");
     c->g.canary = sd_args_flag(&a, "--canary");
     c->json = sd_args_flag(&a, "--json");
     const bool ok = sd_args_done(&a);
@@ -72,9 +82,16 @@ static int parse(int argc, char **argv, gate_cli *c) {
     sd_status st = {0};
     long kv = 0, nt = 64, np = 16;
     double t = 0.0;
+    const sd_cli_tp_args ta = {.tp = tp, .timeout = tp_timeout};
     if (sd_cli_models_parse(model, draft, config, layers, tail, wseed, &c->src, &st) ||
-        sd_cli_backend_parse(backend, &c->be, &st))
+        sd_cli_backend_parse(backend, &c->be, &st) || sd_cli_tp_parse(&ta, &c->tp, &st))
         return sd_cli_fail(cmd, &st);
+    long cr = -1;
+    if (canary_rank && !tp) sd_fail(&st, SD_ERR_USAGE, "--canary-rank needs --tp N");
+    else if (canary_rank && !sd_parse_int("--canary-rank", canary_rank, 0, c->tp.ranks - 1, &cr, &st)) {
+    }
+    if (st.code) return sd_cli_fail(cmd, &st);
+    c->tp.canary_rank = (int)cr;
     const bool has_draft = sd_cli_models_have_draft(&c->src);
     kv = has_draft ? DEMO_K : 0;
     if ((k && !sd_parse_int("--k", k, 0, SD_SPEC_MAX_K, &kv, &st)) ||
@@ -119,36 +136,45 @@ static void print_row(const char *arm, const ledger_row *r) {
     printf("\n");
 }
 
+// "device 0", or under --tp "rank 1 (device 0)".
+static const char *who(const gate_device *d, char *buf, size_t len) {
+    if (d->rank < 0) snprintf(buf, len, "device %d", d->device);
+    else snprintf(buf, len, "rank %d (device %d)", d->rank, d->device);
+    return buf;
+}
+
 static void print_device(const gate_cli *c, const gate_device *d) {
+    char w[64];
+    who(d, w, sizeof w);
     for (int i = 0; i < d->n_layers; i++) {
         const gate_layer *l = &d->layers[i];
         const bool ok = !l->mismatched && !l->missing && l->rows;
-        printf("device %d layer %d: %s  %zu rows", d->device, l->layer, ok ? "PASS" : "FAIL", l->rows);
+        printf("%s layer %d: %s  %zu rows", w, l->layer, ok ? "PASS" : "FAIL", l->rows);
         if (!ok) printf(", %zu mismatched, %zu missing", l->mismatched, l->missing);
         printf("\n");
     }
-    printf("device %d tokens: %s (%d eager, %d graph", d->device, d->first_token_diff < 0 ? "PASS" : "FAIL", d->n_tokens_eager,
+    printf("%s tokens: %s (%d eager, %d graph", w, d->first_token_diff < 0 ? "PASS" : "FAIL", d->n_tokens_eager,
            d->n_tokens_graph);
     if (d->first_token_diff >= 0) printf("; first difference at token %d", d->first_token_diff);
     printf(")\n");
-    if (!d->logits_rows) printf("device %d logits: not compared: %s\n", d->device, d->logits_why);
+    if (!d->logits_rows) printf("%s logits: not compared: %s\n", w, d->logits_why);
     else
-        printf("device %d logits: %s (the last forward's %d rows%s)\n", d->device, d->logits_first_diff < 0 ? "PASS" : "FAIL",
+        printf("%s logits: %s (the last forward's %d rows%s)\n", w, d->logits_first_diff < 0 ? "PASS" : "FAIL",
                d->logits_rows, d->logits_first_diff < 0 ? ", bit for bit" : ", first difference at float #");
     if (d->logits_first_diff >= 0) printf("  first differing float: #%ld\n", d->logits_first_diff);
     if (!d->entries_eager || !d->entries_graph)
-        printf("device %d: FAIL: nothing was recorded (%llu eager entries, %llu graph entries)\n", d->device,
+        printf("%s: FAIL: nothing was recorded (%llu eager entries, %llu graph entries)\n", w,
                (unsigned long long)d->entries_eager, (unsigned long long)d->entries_graph);
     if (d->first.found) {
-        printf("first divergence: device %d layer %d token %d (routing #%d of that token)\n", d->first.a.dev | d->first.b.dev,
+        printf("first divergence: %s layer %d token %d (routing #%d of that token)\n", w,
                d->first.a.k ? d->first.a.layer : d->first.b.layer, d->first.a.k ? d->first.a.pos : d->first.b.pos,
                (d->first.a.k ? d->first.a.occ : d->first.b.occ) + 1);
         print_row("eager", &d->first.a);
         print_row("graph", &d->first.b);
         if (d->first.a.k) printf("  margin %.9g (the K-th chosen minus the best left-out biased score)\n", d->first.a.margin);
     }
-    if (c->g.canary)
-        printf("canary: one ulp planted at device %d layer %d token %d, entry 0\n", d->device, d->canary_layer, d->canary_pos);
+    if (c->g.canary && d->canary_layer >= 0)
+        printf("canary: one ulp planted at %s layer %d token %d, entry 0\n", w, d->canary_layer, d->canary_pos);
 }
 
 static cJSON *row_json(const ledger_row *r) {
@@ -163,6 +189,7 @@ static cJSON *row_json(const ledger_row *r) {
 static cJSON *device_json(const gate_cli *c, const gate_device *d) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "device", d->device);
+    if (d->rank >= 0) cJSON_AddNumberToObject(o, "rank", d->rank);
     cJSON_AddStringToObject(o, "name", d->name);
     cJSON_AddBoolToObject(o, "pass", d->pass);
     cJSON *layers = cJSON_AddArrayToObject(o, "layers");
@@ -198,7 +225,7 @@ static cJSON *device_json(const gate_cli *c, const gate_device *d) {
     } else {
         cJSON_AddNullToObject(o, "first_divergence");
     }
-    if (c->g.canary) {
+    if (c->g.canary && d->canary_layer >= 0) {
         cJSON *cj = cJSON_AddObjectToObject(o, "canary");
         cJSON_AddNumberToObject(cj, "layer", d->canary_layer);
         cJSON_AddNumberToObject(cj, "token", d->canary_pos);
@@ -206,7 +233,7 @@ static cJSON *device_json(const gate_cli *c, const gate_device *d) {
     return o;
 }
 
-static void print_summary(const gate_device *devs, int n, bool pass) {
+static void print_summary(const gate_device *devs, int n, const char *unit, bool pass) {
     size_t rows = 0, bad = 0, missing = 0;
     int layers = 0;
     for (int i = 0; i < n; i++)
@@ -216,8 +243,28 @@ static void print_summary(const gate_device *devs, int n, bool pass) {
             missing += devs[i].layers[l].missing;
             layers++;
         }
-    printf("graph-sel: %s — %d device%s, %d (device, layer) verdicts, %zu rows compared, %zu mismatched, %zu missing\n",
-           pass ? "PASS" : "FAIL", n, n == 1 ? "" : "s", layers, rows, bad, missing);
+    printf("graph-sel: %s — %d %s%s, %d (%s, layer) verdicts, %zu rows compared, %zu mismatched, %zu missing\n",
+           pass ? "PASS" : "FAIL", n, unit, n == 1 ? "" : "s", layers, unit, rows, bad, missing);
+}
+
+// The cross-rank verdict: every rank routed every (layer, token) alike in the eager arm.
+static void print_cross(const sd_tp_route_verdict *v, int ranks) {
+    if (v->agree) printf("ranks: PASS  all %d ranks selected the same experts with the same weights at every (layer, token)\n", ranks);
+    else printf("ranks: FAIL  %s\n", v->msg);
+}
+
+static cJSON *cross_json(const sd_tp_route_verdict *v, int ranks) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "ranks", ranks);
+    cJSON_AddBoolToObject(o, "pass", v->agree);
+    if (!v->agree) {
+        cJSON_AddNumberToObject(o, "rank", v->rank);
+        cJSON_AddNumberToObject(o, "other", v->other);
+        cJSON_AddNumberToObject(o, "layer", v->layer);
+        cJSON_AddNumberToObject(o, "token", v->pos);
+        cJSON_AddStringToObject(o, "message", v->msg);
+    }
+    return o;
 }
 
 static int graph_sel(int argc, char **argv) {
@@ -227,11 +274,25 @@ static int graph_sel(int argc, char **argv) {
     if (rc) { free(c.prompt); return rc < 0 ? 0 : rc; }
     sd_status st = {0};
     sd_code code = sd_cli_backend_resolve(&c.be, &st);
-    const int n_dev = c.be == SD_CLI_BACKEND_CUDA ? sd_cli_device_count() : 1;
+    if (!code) code = sd_cli_tp_check_backend(&c.tp, c.be, &st);
+    const bool group = c.tp.ranks > 0;
+    const int n_dev = group ? c.tp.ranks : c.be == SD_CLI_BACKEND_CUDA ? sd_cli_device_count() : 1;
     gate_device *devs = calloc((size_t)(n_dev > 0 ? n_dev : 1), sizeof *devs);
     if (!code && !devs) code = sd_fail(&st, SD_ERR_SYS, "out of memory");
     bool pass = true;
-    for (int i = 0; !code && i < n_dev; i++) {
+    sd_tp_route_verdict cross = {.agree = true};
+    if (!code && group) {
+        if (!c.json) fprintf(stderr, "%s: %d ranks on %s: eager arm, then graph arm (%d tokens, k = %d)\n", cmd, n_dev,
+                             sd_cli_backend_name(c.be), c.g.tokens, c.g.k);
+        code = gate_graph_sel_group(&c.src, &c.tp, &c.g, devs, &cross, &st);
+        for (int i = 0; !code && i < n_dev; i++) {
+            if (!c.json) print_device(&c, &devs[i]);
+            pass &= devs[i].pass;
+        }
+        if (!code && !c.json) print_cross(&cross, n_dev);
+        pass &= !code && cross.agree;
+    }
+    for (int i = 0; !code && !group && i < n_dev; i++) {
         if (!c.json) fprintf(stderr, "%s: device %d of %d: eager arm, then graph arm (%d tokens, k = %d)\n", cmd, i + 1, n_dev,
                              c.g.tokens, c.g.k);
         code = gate_graph_sel_device(&c.src, c.be, i, &c.g, &devs[i], &st);
@@ -247,14 +308,16 @@ static int graph_sel(int argc, char **argv) {
         cJSON_AddNumberToObject(j, "tokens", c.g.tokens);
         cJSON_AddNumberToObject(j, "temperature", c.g.temperature);
         cJSON_AddBoolToObject(j, "canary", c.g.canary);
+        if (group) cJSON_AddNumberToObject(j, "canary_rank", c.tp.canary_rank);
         cJSON *dj = cJSON_AddArrayToObject(j, "devices");
         for (int i = 0; i < n_dev; i++) cJSON_AddItemToArray(dj, device_json(&c, &devs[i]));
+        if (group) cJSON_AddItemToObject(j, "ranks", cross_json(&cross, n_dev));
         char *txt = cJSON_PrintUnformatted(j);
         puts(txt);
         free(txt);
         cJSON_Delete(j);
     } else if (!code) {
-        print_summary(devs, n_dev, pass);
+        print_summary(devs, n_dev, group ? "rank" : "device", pass);
     }
     free(devs);
     free(c.prompt);

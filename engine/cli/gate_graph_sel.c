@@ -15,6 +15,7 @@ typedef struct {
     sd_state ts, ds;
     sd_gen_control ctl;
     ledger *L;
+    sd_tp_route_log *routes; // under a group: this rank's eager routing, for the cross-rank verdict
     int dev, K;
     int *tokens;
     float *logits;        // the last target forward's rows
@@ -29,6 +30,7 @@ typedef struct {
 static void record_host(void *ctx, int layer, int pos, const int *sel, const float *w, int k, float margin) {
     arm *a = ctx;
     if (!a->failed) a->failed = ledger_record_host(a->L, a->dev, layer, pos, sel, w, k, margin, &a->cb_st);
+    if (a->routes) sd_tp_route_record(a->routes, layer, pos, sel, w, k, margin);
 }
 
 // After each graph round or step, outside any capture: the canary (once), the drain, then the
@@ -95,38 +97,58 @@ static int logits_rows(const gate_opts *o, const char **why) {
     return 0;
 }
 
-static sd_code eager_arm(arm *a, gate_device *out, sd_status *st) {
-    a->ctl = (sd_gen_control){.on_route = record_host, .route_ctx = a};
-    sd_cli_moe_eager(a->target, true);
+// Every arm's generation at once: one rank a thread under a group, else arms[0] here.
+static sd_code rank_generate(void *ctx, int rank, const sd_model *model, sd_status *st) {
+    (void)model; // the arm holds its rank's shard
+    return arm_generate(&((arm *)ctx)[rank], st);
+}
+
+static sd_code generate_all(sd_tp_group *grp, arm *a, sd_status *st) {
+    return grp ? sd_tp_group_run(grp, rank_generate, a, NULL, st) : arm_generate(&a[0], st);
+}
+
+static sd_code eager_arms(sd_tp_group *grp, arm *a, int n, gate_device *out, sd_status *st) {
+    for (int r = 0; r < n; r++) {
+        a[r].ctl = (sd_gen_control){.on_route = record_host, .route_ctx = &a[r]};
+        sd_cli_moe_eager(a[r].target, true);
+    }
     const uint64_t t0 = trace_now_ns();
-    sd_code rc = arm_generate(a, st);
-    out->secs_eager = (double)(trace_now_ns() - t0) * 1e-9;
-    sd_cli_moe_eager(a->target, false);
-    out->n_tokens_eager = a->ctl.n_out;
+    const sd_code rc = generate_all(grp, a, st);
+    const double secs = (double)(trace_now_ns() - t0) * 1e-9;
+    for (int r = 0; r < n; r++) {
+        sd_cli_moe_eager(a[r].target, false);
+        out[r].secs_eager = secs;
+        out[r].n_tokens_eager = a[r].ctl.n_out;
+    }
     return rc;
 }
 
-static sd_code graph_arm(arm *a, sd_cli_backend be, gate_device *out, sd_status *st) {
-    a->ctl = (sd_gen_control){.after_target = drain, .target_ctx = a};
-    a->canary_due = a->o->canary;
-    a->canary_layer = a->target->cfg.first_k_dense_replace;
-    sd_cli_door *door = NULL;
+static sd_code graph_arms(sd_tp_group *grp, sd_cli_backend be, arm *a, int n, gate_device *out, sd_status *st) {
+    sd_cli_door *door[SD_TP_MAX_RANKS] = {0};
     sd_code rc = SD_OK;
-    if (be == SD_CLI_BACKEND_CUDA) { // the door: graphs with the recorder inside; it calls drain
-        const sd_cli_door_opts dopt = {.k = a->draft ? a->o->k : 0, .temperature = a->o->temperature, .seed = a->o->seed,
-                                       .ledger = a->L, .after_target = drain, .ctx = a};
-        rc = sd_cli_door_open(be, a->target, &a->ts, a->draft, &a->ds, &dopt, &door, st);
-        a->ctl = (sd_gen_control){.runner = door ? sd_cli_door_runner(door) : NULL};
-    } else { // the host walk records through the ledger's CPU stand-in; the loop calls drain
-        a->ctl.ledger = a->L;
+    for (int r = 0; r < n && !rc; r++) {
+        a[r].ctl = (sd_gen_control){.after_target = drain, .target_ctx = &a[r]};
+        a[r].canary_due = a[r].o->canary && r == 0;
+        a[r].canary_layer = a[r].target->cfg.first_k_dense_replace;
+        if (be == SD_CLI_BACKEND_CUDA) { // the door: graphs with the recorder inside; it calls drain
+            const sd_cli_door_opts dopt = {.k = a[r].draft ? a[r].o->k : 0, .temperature = a[r].o->temperature,
+                                           .seed = a[r].o->seed, .ledger = a[r].L, .after_target = drain, .ctx = &a[r]};
+            rc = sd_cli_door_open(be, a[r].target, &a[r].ts, a[r].draft, &a[r].ds, &dopt, &door[r], st);
+            a[r].ctl = (sd_gen_control){.runner = door[r] ? sd_cli_door_runner(door[r]) : NULL};
+        } else { // the host walk records through the ledger's CPU stand-in; the loop calls drain
+            a[r].ctl.ledger = a[r].L;
+        }
     }
     const uint64_t t0 = trace_now_ns();
-    if (!rc) rc = arm_generate(a, st);
-    out->secs_graph = (double)(trace_now_ns() - t0) * 1e-9;
-    sd_cli_door_close(door);
-    out->n_tokens_graph = a->ctl.n_out;
-    out->canary_layer = a->o->canary ? a->canary_layer : -1;
-    out->canary_pos = a->canary_pos;
+    if (!rc) rc = generate_all(grp, a, st);
+    const double secs = (double)(trace_now_ns() - t0) * 1e-9;
+    for (int r = 0; r < n; r++) {
+        if (!(grp && grp->abandoned)) sd_cli_door_close(door[r]);
+        out[r].secs_graph = secs;
+        out[r].n_tokens_graph = a[r].ctl.n_out;
+        out[r].canary_layer = a[r].o->canary && r == 0 ? a[r].canary_layer : -1;
+        out[r].canary_pos = a[r].canary_pos;
+    }
     return rc;
 }
 
@@ -160,51 +182,108 @@ static void verdicts(const arm *e, const arm *g, const ledger_row *host, size_t 
                 out->logits_first_diff < 0;
 }
 
+// The prompt: drawn once the vocabulary is known, or checked against it.
+static sd_code prompt_for(const gate_opts *o, int V, sd_status *st) {
+    if (!o->prompt_given) sd_synth_prompt(o->seed, V, o->n_prompt, o->prompt);
+    for (int i = 0; i < o->n_prompt; i++)
+        if (o->prompt[i] >= V)
+            return sd_fail(st, SD_ERR_DATA, "--prompt: token %d is outside the vocabulary 0..%d", o->prompt[i], V - 1);
+    return SD_OK;
+}
+
+// Both arms over n ranks (the group's shards; n = 1 and grp NULL: the one model), each rank
+// with its own ledger, prearmed before any capture opens (the largest target forward after the
+// prefill), and each rank's eager routing in routes[r] when routes is given.
+static sd_code gate_ranks(sd_tp_group *grp, const sd_model *const *targets, const sd_model *const *drafts, int n,
+                          sd_cli_backend be, const gate_opts *o, gate_device *out, sd_tp_route_log *routes,
+                          sd_status *st) {
+    const sd_config *c = &targets[0]->cfg;
+    arm *e = calloc((size_t)n, sizeof *e), *g = calloc((size_t)n, sizeof *g);
+    ledger *L = calloc((size_t)n, sizeof *L);
+    ledger_row **host = calloc((size_t)n, sizeof *host);
+    size_t *nh = calloc((size_t)n, sizeof *nh);
+    sd_code rc = e && g && L && host && nh ? SD_OK : sd_fail(st, SD_ERR_SYS, "gate: out of memory");
+    const int max_T = o->k + 1 > 32 ? o->k + 1 : 32;
+    const char *why;
+    const int rows = logits_rows(o, &why);
+    for (int r = 0; r < n && !rc; r++) {
+        // The ledger's device index: the GPU's ordinal; on the CPU an emulated rank records as
+        // device `rank` (engine/model.c), one stand-in device per rank.
+        const int dev = be == SD_CLI_BACKEND_CUDA ? sd_cli_device_ordinal(targets[r])
+                                                  : targets[r]->comm ? targets[r]->comm->rank : 0;
+        out[r].device = dev;
+        out[r].rank = grp ? grp->first_rank + r : -1;
+        out[r].canary_layer = out[r].canary_pos = -1;
+        out[r].logits_rows = rows;
+        out[r].logits_why = why;
+        sd_cli_device_name(targets[r], out[r].name, sizeof out[r].name);
+        ledger_init(&L[r], sd_cli_ledger_device(targets[r]), true);
+        for (int i = 0; i < c->num_hidden_layers && !rc; i++)
+            if (sd_config_is_moe(c, i)) rc = ledger_prearm(&L[r], dev, i, max_T * c->num_experts_per_token, st);
+        if (!rc) rc = arm_init(&e[r], o, targets[r], drafts[r], &L[r], dev, st);
+        if (!rc) rc = arm_init(&g[r], o, targets[r], drafts[r], &L[r], dev, st);
+        if (routes) e[r].routes = &routes[r];
+    }
+    if (!rc) rc = eager_arms(grp, e, n, out, st);
+    for (int r = 0; r < n && !rc && rows; r++) rc = sd_cli_read_logits(targets[r], &e[r].ts, rows, e[r].logits, st);
+    for (int r = 0; r < n && L; r++) ledger_take_host(&L[r], &host[r], &nh[r]);
+    if (!rc) rc = graph_arms(grp, be, g, n, out, st);
+    for (int r = 0; r < n && !rc && rows; r++) rc = sd_cli_read_logits(targets[r], &g[r].ts, rows, g[r].logits, st);
+    for (int r = 0; r < n && !rc; r++) verdicts(&e[r], &g[r], host[r], nh[r], &L[r], &out[r]);
+    if (grp && grp->abandoned) return rc; // a rank's thread may still use what the arms hold
+    for (int r = 0; r < n && e && g && L && host; r++) {
+        free(host[r]);
+        arm_free(&e[r]);
+        arm_free(&g[r]);
+        ledger_free(&L[r]);
+    }
+    free(e), free(g), free(L), free(host), free(nh);
+    return rc;
+}
+
 sd_code gate_graph_sel_device(const sd_cli_models *src, sd_cli_backend be, int ordinal, const gate_opts *o,
                               gate_device *out, sd_status *st) {
     memset(out, 0, sizeof *out);
-    out->device = ordinal;
-    out->canary_layer = out->canary_pos = -1;
     sd_model t, d;
     SD_TRY(sd_cli_models_make(src, be, ordinal, &t, &d, st));
-    sd_cli_device_name(&t, out->name, sizeof out->name);
-    const int V = t.cfg.vocab_size;
-    if (!o->prompt_given) sd_synth_prompt(o->seed, V, o->n_prompt, o->prompt);
-    for (int i = 0; i < o->n_prompt; i++)
-        if (o->prompt[i] >= V) {
-            sd_model_free(&t);
-            if (d.w.arena || d.backend) sd_model_free(&d);
-            return sd_fail(st, SD_ERR_DATA, "--prompt: token %d is outside the vocabulary 0..%d", o->prompt[i], V - 1);
-        }
-    const int dev = sd_cli_device_ordinal(&t);
-    ledger L;
-    ledger_init(&L, sd_cli_ledger_device(&t), true);
-    arm e, g;
-    memset(&e, 0, sizeof e);
-    memset(&g, 0, sizeof g);
-    const int max_T = o->k + 1 > 32 ? o->k + 1 : 32;
-    sd_code rc = SD_OK;
-    // The slots before any capture opens: the largest target forward after the prefill.
-    for (int i = 0; i < t.cfg.num_hidden_layers && !rc; i++)
-        if (sd_config_is_moe(&t.cfg, i)) rc = ledger_prearm(&L, dev, i, max_T * t.cfg.num_experts_per_token, st);
-    const char *why;
-    out->logits_rows = logits_rows(o, &why);
-    out->logits_why = why;
-    if (!rc) rc = arm_init(&e, o, &t, &d, &L, dev, st);
-    if (!rc) rc = eager_arm(&e, out, st);
-    if (!rc && out->logits_rows) rc = sd_cli_read_logits(&t, &e.ts, out->logits_rows, e.logits, st);
-    ledger_row *host = NULL;
-    size_t nh = 0;
-    ledger_take_host(&L, &host, &nh);
-    if (!rc) rc = arm_init(&g, o, &t, &d, &L, dev, st);
-    if (!rc) rc = graph_arm(&g, be, out, st);
-    if (!rc && out->logits_rows) rc = sd_cli_read_logits(&t, &g.ts, out->logits_rows, g.logits, st);
-    if (!rc) verdicts(&e, &g, host, nh, &L, out);
-    free(host);
-    arm_free(&e);
-    arm_free(&g);
-    ledger_free(&L);
+    const sd_model *tp = &t, *dp = &d;
+    sd_code rc = prompt_for(o, t.cfg.vocab_size, st);
+    if (!rc) rc = gate_ranks(NULL, &tp, &dp, 1, be, o, out, NULL, st);
     sd_model_free(&t);
     if (d.w.arena || d.backend) sd_model_free(&d);
+    return rc;
+}
+
+sd_code gate_graph_sel_group(const sd_cli_models *src, const sd_cli_tp *tp, const gate_opts *o, gate_device *out,
+                             sd_tp_route_verdict *cross, sd_status *st) {
+    const int n = tp->ranks;
+    memset(out, 0, sizeof *out * (size_t)n);
+    memset(cross, 0, sizeof *cross);
+    sd_model t, d; // on the host: the group cuts them into shards (and, on cuda, puts each on its device)
+    SD_TRY(sd_cli_models_make(src, SD_CLI_BACKEND_CPU, 0, &t, &d, st));
+    const bool with_draft = d.w.arena != NULL;
+    sd_tp_group grp = {0};
+    sd_tp_route_log *routes = calloc((size_t)n, sizeof *routes);
+    sd_code rc = routes ? prompt_for(o, t.cfg.vocab_size, st) : sd_fail(st, SD_ERR_SYS, "gate: out of memory");
+    sd_cli_tp use = *tp;
+    if (use.canary_rank >= 0) use.canary_layer = t.cfg.first_k_dense_replace; // the first MoE layer
+    if (!rc) rc = sd_cli_tp_group(&use, &t, with_draft ? &d : NULL, &grp, st);
+    const sd_model *targets[SD_TP_MAX_RANKS] = {0}, *drafts[SD_TP_MAX_RANKS] = {0};
+    for (int r = 0; r < n && !rc; r++) {
+        targets[r] = &grp.shards[r];
+        drafts[r] = with_draft ? sd_tp_group_draft(&grp, r, &d) : NULL;
+    }
+    if (!rc) rc = gate_ranks(&grp, targets, drafts, n, tp->backend, o, out, routes, st);
+    if (!rc) {
+        for (int r = 0; r < n; r++)
+            if (routes[r].broken) rc = sd_fail(st, SD_ERR_SYS, "gate: rank %d's route log is unusable", r);
+        if (!rc) sd_tp_routes_compare(routes, n, cross);
+    }
+    if (grp.abandoned) return rc; // a rank's thread may still use the group
+    for (int r = 0; r < n && routes; r++) sd_tp_route_log_free(&routes[r]);
+    free(routes);
+    sd_tp_group_free(&grp);
+    sd_model_free(&t);
+    if (with_draft) sd_model_free(&d);
     return rc;
 }

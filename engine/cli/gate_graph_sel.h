@@ -6,12 +6,15 @@
 //              device recorder inside the graphs, its slots drained after every round or step.
 // On the CPU backend both arms run the host walk (the graph arm records through the ledger's CPU
 // stand-in), so the gate itself is tested without a GPU. The arms' tokens and their last
-// forward's logits are compared bit for bit too.
+// forward's logits are compared bit for bit too. Under --tp every rank runs both arms on its
+// shard, and the ranks' eager routing is compared across ranks.
 #pragma once
 #include <stdbool.h>
 #include "backend_select.h" // sd_cli_backend
 #include "ledger.h"         // ledger_diff
 #include "model_source.h"   // sd_cli_models
+#include "parallel/route_log.h" // sd_tp_route_verdict
+#include "tp_select.h"      // sd_cli_tp
 
 typedef struct {
     int k;              // draft depth; 0: plain decode steps
@@ -31,6 +34,7 @@ typedef struct {
 
 typedef struct {
     int device;                       // ordinal (0 on the CPU)
+    int rank;                         // the tensor-parallel rank, -1 without --tp
     char name[256];                   // the device's name
     gate_layer layers[SD_MAX_LAYERS]; // the MoE layers, in order
     int n_layers;
@@ -49,3 +53,10 @@ typedef struct {
 // Both arms on device `ordinal` of backend be, the models made there from src.
 sd_code gate_graph_sel_device(const sd_cli_models *src, sd_cli_backend be, int ordinal, const gate_opts *o,
                               gate_device *out, sd_status *st);
+
+// Both arms on every rank of the group tp asks for (tp->ranks of them, all in this process; the
+// models made on the host from src, then sharded): out[r] is rank r against its own eager
+// oracle, and cross the verdict that every rank routed every (layer, token) alike in the eager
+// arm — or the first rank pair that did not (tp->canary_rank's nudge must show there).
+sd_code gate_graph_sel_group(const sd_cli_models *src, const sd_cli_tp *tp, const gate_opts *o, gate_device *out,
+                             sd_tp_route_verdict *cross, sd_status *st);

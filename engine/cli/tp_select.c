@@ -39,6 +39,7 @@ sd_code sd_cli_tp_parse(const sd_cli_tp_args *a, sd_cli_tp *out, sd_status *st) 
     memset(out, 0, sizeof *out);
     out->timeout_s = SD_TP_TIMEOUT_DEFAULT_S;
     out->rank = -1;
+    out->canary_layer = -1;
     const char *needs_tp = a->timeout ? "tp-timeout" : a->stop ? "tp-stop" : a->rank ? "rank" : a->nccl_id ? "nccl-id" : NULL;
     if (!a->tp && needs_tp) return sd_fail(st, SD_ERR_USAGE, "--%s needs --tp", needs_tp);
     if (!a->tp) return SD_OK;
@@ -84,13 +85,14 @@ sd_code sd_cli_tp_group(const sd_cli_tp *tp, const sd_model *full, const sd_mode
 #ifdef SPECDEC_HAVE_CUDA
     if (tp->backend == SD_CLI_BACKEND_CUDA) {
         const sd_cuda_tp_opts o = {.ranks = tp->ranks, .rank = tp->rank, .nccl_id = tp->nccl_id, .timeout_s = tp->timeout_s,
-                                   .stop_rank = tp->stop_rank, .stop_at = tp->stop_at, .canary_layer = -1};
+                                   .stop_rank = tp->stop_rank, .stop_at = tp->stop_at, .canary_rank = tp->canary_rank,
+                                   .canary_layer = tp->canary_layer};
         return sd_cuda_tp_group_init(g, full, draft, &o, st);
     }
 #endif
     (void)draft; // the CPU's ranks share the host draft (sd_tp_group_draft)
-    const sd_tp_group_opts o = {.ranks = tp->ranks, .timeout_s = tp->timeout_s, .canary_layer = -1,
-                                .stop_rank = tp->stop_rank, .stop_at = tp->stop_at};
+    const sd_tp_group_opts o = {.ranks = tp->ranks, .timeout_s = tp->timeout_s, .canary_rank = tp->canary_rank,
+                                .canary_layer = tp->canary_layer, .stop_rank = tp->stop_rank, .stop_at = tp->stop_at};
     return sd_tp_group_init(g, full, &o, st);
 }
 

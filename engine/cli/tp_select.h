@@ -21,6 +21,8 @@ typedef struct {
     int rank;            // --rank R: this process runs rank R alone; -1: every rank
     const char *nccl_id; // --nccl-id FILE (with --rank)
     sd_cli_backend backend; // where the group runs (sd_cli_tp_check_backend)
+    int canary_rank;     // the gate's --canary-rank R: rank R's copy of layer canary_layer's
+    int canary_layer;    //   router input nudged by one ulp (sd_tp_shard_canary); -1: none
 } sd_cli_tp;
 
 // The lines each command's --help adds.
