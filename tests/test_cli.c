@@ -533,6 +533,33 @@ static float *forward_logits(const char *path, int T) {
     return lg;
 }
 
+// forward --json: one object naming what it wrote, and each position's argmax is the argmax
+// (the lower id on ties) of that row of the file.
+Test(cli, forward_json_matches_the_file) {
+    init_model("m", "1", NULL, NULL, NULL);
+    const char *argv[] = {"forward", "--model", in_dir("m"), "--tokens", "5,17,63,0", "--mode", "verify", "--chunk", "2",
+                          "--out", in_dir("j.st"), "--json", NULL};
+    char *out = run_ok(argv, NULL);
+    cJSON *j = parse_run_json(out);
+    free(out);
+    cr_expect_str_eq(cJSON_GetObjectItem(j, "out")->valuestring, in_dir("j.st"));
+    cr_expect_eq(num(j, "positions"), 4);
+    cr_expect_eq(num(j, "vocab"), TINY_VOCAB);
+    cr_expect_str_eq(cJSON_GetObjectItem(j, "mode")->valuestring, "verify");
+    cr_expect_str_eq(cJSON_GetObjectItem(j, "backend")->valuestring, "cpu");
+    const cJSON *am = cJSON_GetObjectItem(j, "argmax");
+    cr_assert_eq(cJSON_GetArraySize(am), 4);
+    float *lg = forward_logits(in_dir("j.st"), 4);
+    for (int t = 0; t < 4; t++) {
+        int best = 0;
+        for (int v = 1; v < TINY_VOCAB; v++)
+            if (lg[(size_t)t * TINY_VOCAB + v] > lg[(size_t)t * TINY_VOCAB + best]) best = v;
+        cr_expect_eq((int)cJSON_GetArrayItem(am, t)->valuedouble, best, "position %d", t);
+    }
+    free(lg);
+    cJSON_Delete(j);
+}
+
 // 3 ranks: verify ≡ decode byte for byte; against one device within MODEL.md's tolerance (and
 // not the same bytes: the sums ran in another order); one rank: the same bytes as no --tp.
 Test(cli, forward_tp_verify_equals_decode_near_one_device) {

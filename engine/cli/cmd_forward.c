@@ -1,4 +1,5 @@
 // cmd_forward.c — `specdec forward`: teacher-forced logits of every position to safetensors.
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -6,11 +7,13 @@
 #include "backend_select.h" // sd_cli_backend_*
 #include "commands.h"
 #include "model.h"
+#include "sample.h"    // sd_argmax
+#include "trace.h"     // trace_now_ns
 #include "tp_select.h" // sd_cli_tp_*
 
 static const char *HELP =
     "usage: specdec forward --model DIR --tokens 1,2,3,... --out FILE\n"
-    "                       [--mode decode|verify|prefill] [--chunk N] [--backend cpu|cuda] [--tp N]\n\n"
+    "                       [--mode decode|verify|prefill] [--chunk N] [--backend cpu|cuda] [--tp N] [--json]\n\n"
     "Teacher-forced forward of the token sequence from position 0. Writes FILE (safetensors):\n"
     "`logits` F32 [T, V] (row t = the logits after token t) and `tokens` I32 [T].\n\n"
     "  --mode decode   one token per forward (default)\n"
@@ -19,6 +22,8 @@ static const char *HELP =
     "                  prefill path (GEMMs, chunked KDA, flash MLA), equal to decode within MODEL.md's\n"
     "                  GPU tolerance, not bit for bit; otherwise forwards of --chunk N tokens\n"
     "  --backend cpu|cuda  default: the GPU when one is visible and this build has CUDA, else the CPU\n"
+    "  --json          one JSON object on stdout: the file written, positions, vocabulary, mode,\n"
+    "                  backend, ranks, seconds, and each position's argmax\n"
     SD_CLI_TP_HELP
     "On one backend both modes give bit-identical logits (the verify ≡ decode law), with --tp too.\n";
 
@@ -48,6 +53,25 @@ static sd_code forced_rank(void *ctx, int rank, const sd_model *m, sd_status *st
     return rc;
 }
 
+// --json: what was written, and each position's argmax (ties: the lower id, as sd_argmax).
+static void print_json(const char *out, const float *logits, int T, int V, const char *mode, const char *backend, int ranks,
+                       double secs) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "out", out);
+    cJSON_AddNumberToObject(j, "positions", T);
+    cJSON_AddNumberToObject(j, "vocab", V);
+    cJSON_AddStringToObject(j, "mode", mode);
+    cJSON_AddStringToObject(j, "backend", backend);
+    cJSON_AddNumberToObject(j, "ranks", ranks);
+    cJSON_AddNumberToObject(j, "seconds", secs);
+    cJSON *am = cJSON_AddArrayToObject(j, "argmax");
+    for (int t = 0; t < T; t++) cJSON_AddItemToArray(am, cJSON_CreateNumber(sd_argmax(logits + (size_t)t * V, V)));
+    char *txt = cJSON_PrintUnformatted(j);
+    puts(txt);
+    free(txt);
+    cJSON_Delete(j);
+}
+
 int cmd_forward(int argc, char **argv) {
     const char *cmd = "specdec forward";
     sd_args a;
@@ -57,6 +81,7 @@ int cmd_forward(int argc, char **argv) {
     const char *out = sd_args_str(&a, "--out"), *mode = sd_args_str(&a, "--mode");
     const char *chunk_s = sd_args_str(&a, "--chunk"), *backend = sd_args_str(&a, "--backend");
     const sd_cli_tp_args tpa = sd_cli_tp_read(&a);
+    const bool json = sd_args_flag(&a, "--json");
     bool ok = sd_args_done(&a);
     sd_args_free(&a);
     if (!ok) return EXIT_USAGE;
@@ -93,7 +118,9 @@ int cmd_forward(int argc, char **argv) {
     if (!rc && !(logits = malloc(sizeof(float) * (size_t)T * V))) rc = sd_fail(&st, SD_ERR_SYS, "out of memory");
     const bool prefill = mode && !strcmp(mode, "prefill");
     forced f = {.tokens = tokens, .T = T, .chunk = (int)chunk, .prefill = prefill, .logits = logits};
+    const uint64_t t0 = trace_now_ns();
     if (!rc) rc = tp.ranks ? sd_tp_group_run(&g, forced_rank, &f, NULL, &st) : forced_rank(&f, 0, m, &st);
+    const double secs = (double)(trace_now_ns() - t0) * 1e-9;
     if (!rc) {
         sd_st_tensor t[2] = {
             {.name = "logits", .dtype = SD_DT_F32, .ndim = 2, .shape = {T, V}, .data = logits, .nbytes = sizeof(float) * (size_t)T * V},
@@ -103,9 +130,11 @@ int cmd_forward(int argc, char **argv) {
     }
     char ranks[32] = "";
     if (tp.ranks) snprintf(ranks, sizeof ranks, ", %d ranks", tp.ranks);
+    const char *mode_name = prefill ? "prefill" : chunk > 1 ? "verify" : "decode";
     if (!rc)
-        fprintf(stderr, "%s: wrote %s (%d positions, %s mode, %s%s)\n", cmd, out, T,
-                prefill ? "prefill" : chunk > 1 ? "verify" : "decode", sd_cli_backend_name(be), ranks);
+        fprintf(stderr, "%s: wrote %s (%d positions, %s mode, %s%s)\n", cmd, out, T, mode_name, sd_cli_backend_name(be),
+                ranks);
+    if (!rc && json) print_json(out, logits, T, V, mode_name, sd_cli_backend_name(be), tp.ranks ? tp.ranks : 1, secs);
     if (g.abandoned) return sd_cli_fail(cmd, &st); // a rank's thread may still read what we hold
     free(logits);
     free(tokens);
