@@ -319,6 +319,38 @@ static float *read_back(const float *dev_ptr, size_t n) {
     return h;
 }
 
+// Where a logits error lives: the rows above tol and the five worst (position, relative error,
+// whether the argmax moved), on stderr, so a failure says whether a few positions (a token
+// routed otherwise) or all of them (a drift) carry it.
+static void report_rows(const float *got, const float *ref, int n, int V, double tol, const char *what) {
+    double worst[5] = {0};
+    int at[5] = {-1, -1, -1, -1, -1}, above = 0;
+    for (int t = 0; t < n; t++) {
+        double d = 0, r = 0;
+        int ag = 0, ar = 0;
+        for (int v = 0; v < V; v++) {
+            const double a = got[(size_t)t * V + v], b = ref[(size_t)t * V + v];
+            d += (a - b) * (a - b);
+            r += b * b;
+            if (a > got[(size_t)t * V + ag]) ag = v;
+            if (b > ref[(size_t)t * V + ar]) ar = v;
+        }
+        const double e = r > 0 ? sqrt(d / r) : sqrt(d);
+        above += e > tol;
+        for (int i = 0; i < 5; i++)
+            if (e > worst[i]) {
+                for (int j = 4; j > i; j--) worst[j] = worst[j - 1], at[j] = at[j - 1];
+                worst[i] = e;
+                at[i] = t * 2 + (ag != ar); // the position, and the argmax flag in the low bit
+                break;
+            }
+    }
+    fprintf(stderr, "[rows] %s: %d of %d positions above %.0e; worst:", what, above, n, tol);
+    for (int i = 0; i < 5 && at[i] >= 0; i++)
+        fprintf(stderr, " pos %d %.3g%s", at[i] / 2, worst[i], at[i] & 1 ? " (argmax moved)" : "");
+    fprintf(stderr, "\n");
+}
+
 // The prompt through the prefill (pieces of `piece` tokens) against the token path (verify
 // chunks of 8, ≡ decode): the logits of every position, the live state, and the next decode step.
 static void check_model(const char *config, int bf16, int n, int piece) {
@@ -346,6 +378,7 @@ static void check_model(const char *config, int bf16, int n, int piece) {
     OK(sd_prefill_rows(&dev, &pre_s, tokens, n, got, true, &st_));
     cr_assert_eq(pre_s.len, n);
     cr_assert_eq(pre_s.pending, 0);
+    report_rows(got, ref, n, V, 2e-2, what);
     CHECK_REL(got, ref, (size_t)n * V, 2e-2, "%s: every position's logits", what);
     expect_greedy_where_clear(got, ref, n, V, what);
     // The state it leaves: the live KDA slot and conv rows, the MLA cache rows.
