@@ -35,10 +35,25 @@ Test(cli, help_wins_over_other_options) {
     free(out);
 }
 
+// --version: the version, then the backends compiled in and the devices this process sees.
 Test(cli, version) {
     const char *argv[] = {"--version", NULL};
     char *out = run_ok(argv, NULL);
     cr_expect(strncmp(out, "specdec ", 8) == 0, "got <<%s>>", out);
+    cr_expect_not_null(strstr(out, "\nbackends:\n  cpu       the reference ("), "got <<%s>>", out);
+    const char *devices = strstr(out, "\ndevices:\n");
+    cr_assert_not_null(devices, "got <<%s>>", out);
+#ifdef SPECDEC_BUILT_CUDA_ARCHS
+    cr_expect_not_null(strstr(out, "  cuda      runtime "), "got <<%s>>", out);
+    cr_expect_not_null(strstr(out, "architectures " SPECDEC_BUILT_CUDA_ARCHS "\n"), "got <<%s>>", out);
+    cr_expect_not_null(strstr(out, "\n  nccl      "), "got <<%s>>", out);
+    cr_expect_not_null(strstr(out, "\n  cublasLt  "), "got <<%s>>", out);
+    // Each visible device: "  N  NAME, compute capability X.Y, M GiB", or none at all.
+    cr_expect(strstr(devices, "no CUDA device visible") || strstr(devices, ", compute capability "), "got <<%s>>", out);
+#else
+    cr_expect_not_null(strstr(out, "  cuda      CUDA not built"), "got <<%s>>", out);
+    cr_expect_not_null(strstr(devices, "CUDA not built"), "got <<%s>>", out);
+#endif
     free(out);
 }
 
