@@ -38,12 +38,15 @@ static void version3(long v, char *buf, size_t len) { snprintf(buf, len, "%ld.%l
 
 void sd_cuda_describe(FILE *out) {
     int rt = 0, drv = 0;
-    char rts[32] = "?", drvs[32] = "none", blas[32];
+    char rts[32] = "?", drvs[48] = "no CUDA driver", blas[32];
     if (cudaRuntimeGetVersion(&rt) == cudaSuccess) version2(rt, rts, sizeof rts);
-    if (cudaDriverGetVersion(&drv) == cudaSuccess && drv > 0) version2(drv, drvs, sizeof drvs);
+    if (cudaDriverGetVersion(&drv) == cudaSuccess && drv > 0) {
+        snprintf(drvs, sizeof drvs, "driver for CUDA ");
+        version2(drv, drvs + strlen(drvs), sizeof drvs - strlen(drvs));
+    }
     (void)cudaGetLastError();
     version3((long)cublasLtGetVersion(), blas, sizeof blas);
-    fprintf(out, "  cuda      runtime %s (driver supports %s), architectures %s\n", rts, drvs, SPECDEC_CUDA_ARCHS);
+    fprintf(out, "  cuda      runtime %s, %s, architectures %s\n", rts, drvs, SPECDEC_CUDA_ARCHS);
 #if defined(SPECDEC_HAVE_NCCL) && SPECDEC_HAVE_NCCL
     int nv = 0;
     char ncs[32] = "?";
