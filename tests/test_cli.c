@@ -35,10 +35,25 @@ Test(cli, help_wins_over_other_options) {
     free(out);
 }
 
+// --version: the version, then the backends compiled in and the devices this process sees.
 Test(cli, version) {
     const char *argv[] = {"--version", NULL};
     char *out = run_ok(argv, NULL);
     cr_expect(strncmp(out, "specdec ", 8) == 0, "got <<%s>>", out);
+    cr_expect_not_null(strstr(out, "\nbackends:\n  cpu       the reference ("), "got <<%s>>", out);
+    const char *devices = strstr(out, "\ndevices:\n");
+    cr_assert_not_null(devices, "got <<%s>>", out);
+#ifdef SPECDEC_BUILT_CUDA_ARCHS
+    cr_expect_not_null(strstr(out, "  cuda      runtime "), "got <<%s>>", out);
+    cr_expect_not_null(strstr(out, "architectures " SPECDEC_BUILT_CUDA_ARCHS "\n"), "got <<%s>>", out);
+    cr_expect_not_null(strstr(out, "\n  nccl      "), "got <<%s>>", out);
+    cr_expect_not_null(strstr(out, "\n  cublasLt  "), "got <<%s>>", out);
+    // Each visible device: "  N  NAME, compute capability X.Y, M GiB", or none at all.
+    cr_expect(strstr(devices, "no CUDA device visible") || strstr(devices, ", compute capability "), "got <<%s>>", out);
+#else
+    cr_expect_not_null(strstr(out, "  cuda      CUDA not built"), "got <<%s>>", out);
+    cr_expect_not_null(strstr(devices, "CUDA not built"), "got <<%s>>", out);
+#endif
     free(out);
 }
 
@@ -219,6 +234,73 @@ Test(cli, init_with_draft_writes_both_dirs) {
     cJSON_Delete(tc);
     cJSON_Delete(dc);
     cr_expect_eq(count_tmp_files(), 0);
+}
+
+// --draft-out naming the --out directory, however it is spelled, would write the draft over the
+// target: refused before anything is written.
+Test(cli, init_draft_out_equal_to_out_is_refused) {
+    cr_assert_eq(mkdir(in_dir("real"), 0755), 0);
+    char real[4096], link[4096];
+    snprintf(real, sizeof real, "%s", in_dir("real"));
+    snprintf(link, sizeof link, "%s", in_dir("link"));
+    cr_assert_eq(symlink(real, link), 0);
+    char m[4096], spell[4][4096];
+    snprintf(m, sizeof m, "%s", in_dir("m"));
+    snprintf(spell[0], sizeof spell[0], "%s", m);
+    snprintf(spell[1], sizeof spell[1], "%s/m/", dir);
+    snprintf(spell[2], sizeof spell[2], "%s/./x/../m", dir);
+    snprintf(spell[3], sizeof spell[3], "%s//m/.", dir);
+    for (int i = 0; i < 4; i++) {
+        const char *argv[] = {"init", "--config", tiny_config(), "--out", m, "--draft-out", spell[i], "--draft-layers", "2", NULL};
+        expect_fail(spell[i], argv, 2, "the draft would overwrite the target");
+    }
+    cr_expect(!exists(in_dir("m")), "a refused init wrote %s", in_dir("m"));
+    const char *sym[] = {"init", "--config", tiny_config(), "--out", real, "--draft-out", link, "--draft-layers", "2", NULL};
+    expect_fail("--draft-out a symbolic link to --out", sym, 2, "the draft would overwrite the target");
+    cr_expect(!exists(in_dir("real/model.safetensors")), "a refused init wrote the target");
+}
+
+// "wrote" comes once everything is written: a draft that cannot be written fails the command
+// without a "wrote" line for the target before it.
+Test(cli, init_says_wrote_only_after_everything_is_written) {
+    char *err;
+    const char *ok[] = {"init", "--config", tiny_config(), "--out", in_dir("t"), "--draft-out", in_dir("d"), "--draft-layers", "2", NULL};
+    free(run_ok(ok, &err));
+    const char *t = strstr(err, "wrote "), *d = strstr(err, "wrote draft ");
+    cr_expect(t && d && t < d && count_lines(err) == 2, "target then draft: <<%s>>", err);
+    free(err);
+
+    write_file(in_dir("file"), "not a directory\n");
+    char bad[4096];
+    snprintf(bad, sizeof bad, "%s/file/d", dir);
+    const char *fail[] = {"init", "--config", tiny_config(), "--out", in_dir("t2"), "--draft-out", bad, "--draft-layers", "2", NULL};
+    expect_fail("draft under a regular file", fail, 1, bad);
+    char *out;
+    run_cli(fail, &out, &err);
+    cr_expect_null(strstr(err, "wrote"), "a failed init said it wrote: <<%s>>", err);
+    free(out);
+    free(err);
+}
+
+// An option given twice is a usage error naming it, for every command (never "the last wins").
+Test(cli, an_option_given_twice_is_named) {
+    init_model("m", "1", NULL, NULL, NULL);
+    char m[4096];
+    snprintf(m, sizeof m, "%s", in_dir("m"));
+    struct { const char *what; const char *argv[16]; const char *needle; } cases[] = {
+        {"run --k twice", {"run", "--model", m, "--draft", m, "--k", "2", "--k", "3", NULL}, "'--k' given twice"},
+        {"run --json twice", {"run", "--model", m, "--json", "--json", NULL}, "'--json' given twice"},
+        {"demo --seed twice", {"--seed", "1", "--seed", "1", NULL}, "'--seed' given twice"},
+        {"run --tp twice", {"run", "--model", m, "--tp", "2", "--tp", "2", NULL}, "'--tp' given twice"},
+        {"init --out twice", {"init", "--config", tiny_config(), "--out", m, "--out", m, NULL}, "'--out' given twice"},
+        {"forward --tokens twice", {"forward", "--model", m, "--tokens", "1", "--tokens", "2", "--out", in_dir("f"), NULL},
+         "'--tokens' given twice"},
+        {"receipt --tol twice", {"receipt", "compare", m, m, "--tol", "1", "--tol", "2", NULL}, "'--tol' given twice"},
+        {"gate --canary twice", {"gate", "graph-sel", "--canary", "--canary", NULL}, "'--canary' given twice"},
+        {"twice, the second without its value", {"run", "--model", m, "--max-new", "3", "--max-new", NULL}, "'--max-new' given twice"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) expect_fail(cases[i].what, cases[i].argv, 2, cases[i].needle);
+    cr_expect(!exists(in_dir("f")), "a refused forward wrote its output");
 }
 
 // ---- forward ----

@@ -4,6 +4,7 @@
 // command's parse / compare edges.
 #include <math.h>
 #include <signal.h>
+#include <sys/utsname.h>
 #include <time.h>
 #include "cli_harness.h"
 
@@ -64,6 +65,42 @@ Test(cli_run, idle_options_are_usage_errors) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) expect_fail(cases[i].what, cases[i].argv, 2, cases[i].needle);
     cr_expect(!exists(in_dir("r.jsonl")) && !exists(in_dir("c.json")), "a refused run wrote a file");
+}
+
+// The other commands' options that would do nothing: an error where the command line is
+// self-contradictory, a one-line note (exit 0) where a script's habitual option is merely idle.
+Test(cli_run, idle_options_of_forward_receipt_and_gate) {
+    init_model("m", "1", "d", "2", "0.5");
+    char m[4096], d[4096], o[4096];
+    snprintf(m, sizeof m, "%s", in_dir("m"));
+    snprintf(d, sizeof d, "%s", in_dir("d"));
+    snprintf(o, sizeof o, "%s", in_dir("o.st"));
+    write_file(in_dir("x.log"), "[spec-phase] rounds=1 k=1 total=1.00ms | draft=0.20 verify=0.20 accept=0.20 roll=0.20 "
+                                "maint=0.20 | per-round ms: draft=0.200 verify=0.200 accept=0.200 roll=0.200 maint=0.200 total=1.000\n");
+    struct { const char *what; const char *argv[16]; const char *needle; } cases[] = {
+        {"forward --chunk, decode by default", {"forward", "--model", m, "--tokens", "1,2", "--out", o, "--chunk", "2", NULL},
+         "--chunk does nothing with --mode decode"},
+        {"forward --chunk --mode decode", {"forward", "--model", m, "--tokens", "1,2", "--out", o, "--mode", "decode", "--chunk", "2", NULL},
+         "--chunk does nothing with --mode decode"},
+        {"receipt parse --tol", {"receipt", "parse", in_dir("x.log"), "--tol", "1", NULL}, "--tol does nothing with parse"},
+        {"receipt parse --force", {"receipt", "parse", in_dir("x.log"), "--force", NULL}, "--force does nothing with parse"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) expect_fail(cases[i].what, cases[i].argv, 2, cases[i].needle);
+    cr_expect(!exists(o), "a refused forward wrote its output");
+
+    char *err;
+    const char *seed[] = {"run", "--model", m, "--prompt", "1,2", "--max-new", "2", "--seed", "5", NULL};
+    free(run_ok(seed, &err));
+    cr_expect(strstr(err, "note: --seed does nothing here") && count_lines(err) == 1, "<<%s>>", err);
+    free(err);
+    const char *sampled[] = {"run", "--model", m, "--prompt", "1,2", "--max-new", "2", "--seed", "5", "--temperature", "0.5", NULL};
+    free(run_ok(sampled, &err));
+    cr_expect_null(strstr(err, "note"), "--seed keys the draws of a sampled run: <<%s>>", err);
+    free(err);
+    const char *gate[] = {"gate", "graph-sel", "--model", m, "--draft", d, "--k", "0", "--backend", "cpu", "--tokens", "4", NULL};
+    free(run_ok(gate, &err));
+    cr_expect(strstr(err, "note: --k 0 runs plain decode steps: --draft is not used"), "<<%s>>", err);
+    free(err);
 }
 
 // ---- the decode-graph door off the GPU ----
@@ -342,19 +379,41 @@ Test(cli_run, json_carries_threads_and_vllm_metrics) {
     free(out);
 }
 
+// What the env line's cpu_model must say: /proc/cpuinfo's "model name", else uname's machine.
+static void expected_cpu_model(char *buf, size_t len) {
+    struct utsname u;
+    snprintf(buf, len, "%s", uname(&u) == 0 ? u.machine : "cpu");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[512];
+    while (f && fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (strncmp(line, "model name", 10) || !colon) continue;
+        snprintf(buf, len, "%s", colon + 2);
+        buf[strcspn(buf, "\n")] = 0;
+        break;
+    }
+    if (f) fclose(f);
+}
+
+// The env line records the CPU (model, threads) and, in flags, the trace level in force whatever
+// set it: --trace, SPECDEC_SPEC_TRACE, its family alias, or an output that needs the clocks.
 Test(cli_run, receipt_env_records_cpu_threads_and_the_trace_level_source) {
     pair();
-    const struct { const char *env_level; const char *extra[4]; int level; const char *source; } cases[] = {
-        {NULL, {NULL}, 1, "--receipt"},
-        {NULL, {"--trace", "2", NULL}, 2, "--trace"},
-        {"2", {NULL}, 2, "environment"},
+    char cpu[512];
+    expected_cpu_model(cpu, sizeof cpu);
+    const struct { const char *env, *env_level; const char *extra[4]; int level; const char *source; } cases[] = {
+        {NULL, NULL, {NULL}, 1, "--receipt"},
+        {NULL, NULL, {"--trace", "2", NULL}, 2, "--trace"},
+        {"SPECDEC_SPEC_TRACE", "2", {NULL}, 2, "environment"},
+        {"SPECDEC_KIMI_LINEAR_SPEC_TRACE", "2", {NULL}, 2, "environment"},
+        {"SPECDEC_SPEC_TRACE", "1", {"--trace", "2", NULL}, 2, "--trace"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        if (cases[i].env_level) setenv("SPECDEC_SPEC_TRACE", cases[i].env_level, 1);
+        if (cases[i].env) setenv(cases[i].env, cases[i].env_level, 1);
         const char *extra[8] = {"--threads", "1", "--receipt", in_dir("r.jsonl")};
         for (int e = 0; cases[i].extra[e]; e++) extra[4 + e] = cases[i].extra[e];
         free(run_ok(spec_argv("8", extra), NULL));
-        unsetenv("SPECDEC_SPEC_TRACE");
+        if (cases[i].env) unsetenv(cases[i].env);
         cJSON *env = first_line(in_dir("r.jsonl"));
         char flags[96];
         snprintf(flags, sizeof flags, "SPECDEC_SPEC_TRACE=%d SPECDEC_DECODE_GRAPH=0", cases[i].level);
@@ -364,6 +423,7 @@ Test(cli_run, receipt_env_records_cpu_threads_and_the_trace_level_source) {
         cr_expect_eq(num(env, "cpu_threads"), 1.0, "case %zu", i);
         cr_expect(cJSON_IsFalse(item(env, "decode_graph")), "case %zu: the door was not open", i);
         cr_expect(cJSON_IsString(item(env, "cpu_model")) && item(env, "cpu_model")->valuestring[0], "case %zu", i);
+        cr_expect_str_eq(item(env, "cpu_model")->valuestring, cpu, "case %zu: the host's CPU", i);
         cr_expect_str_eq(item(env, "omp_wait_policy")->valuestring, "passive", "idle OpenMP threads sleep");
         cJSON_Delete(env);
     }
@@ -392,6 +452,18 @@ Test(cli_run, receipt_compare_refuses_other_measurements_unless_forced) {
     cr_expect_eq(count_lines(err), 1, "one warning per difference: %s", err);
     cr_expect_not_null(strstr(out, "all rows within tolerance"), "%s", out);
     free(out);
+    free(err);
+
+    // A trace log has no env line: compared with a receipt, a note says B's measurement is unchecked.
+    const char *logged[] = {"run", "--model", in_dir("t"), "--draft", in_dir("d"), "--k", "2", "--prompt", "1,2,3",
+                            "--max-new", "12", "--trace", "1", NULL};
+    free(run_ok(logged, &err));
+    write_file(in_dir("k2.log"), err);
+    free(err);
+    const char *mixed[] = {"receipt", "compare", in_dir("k3.jsonl"), in_dir("k2.log"), "--tol", "100", NULL};
+    free(run_ok(mixed, &err));
+    cr_expect(strstr(err, "note: B (") && strstr(err, "is a trace log without an env line") && count_lines(err) == 1,
+              "<<%s>>", err);
     free(err);
 
     const char *json[] = {"receipt", "compare", in_dir("k3.jsonl"), in_dir("k3.jsonl"), "--json", NULL};

@@ -12,6 +12,7 @@ void sd_args_init(sd_args *a, const char *cmd, int argc, char **argv) {
     a->cmd = cmd;
     a->used = calloc((size_t)argc + 1, sizeof *a->used);
     a->missing = NULL;
+    a->twice = NULL;
 }
 
 void sd_args_free(sd_args *a) { free(a->used); }
@@ -24,10 +25,21 @@ static int find(sd_args *a, const char *name) {
 
 bool sd_args_help(sd_args *a) { return find(a, "--help") >= 0 || find(a, "-h") >= 0; }
 
+// After the first --name was taken: any further --name (with its value) is consumed and recorded
+// as given twice, for sd_args_done to report.
+static void take_repeats(sd_args *a, const char *name, bool has_value) {
+    for (int j; (j = find(a, name)) >= 0;) {
+        if (!a->twice) a->twice = a->argv[j];
+        a->used[j] = true;
+        if (has_value && j + 1 < a->argc) a->used[j + 1] = true;
+    }
+}
+
 bool sd_args_flag(sd_args *a, const char *name) {
     int i = find(a, name);
     if (i < 0) return false;
     a->used[i] = true;
+    take_repeats(a, name, false);
     return true;
 }
 
@@ -40,10 +52,15 @@ const char *sd_args_str(sd_args *a, const char *name) {
         return NULL;
     }
     a->used[i + 1] = true;
+    take_repeats(a, name, true);
     return a->argv[i + 1];
 }
 
 bool sd_args_done(sd_args *a) {
+    if (a->twice) {
+        fprintf(stderr, "%s: option '%s' given twice (give it once; see --help)\n", a->cmd, a->twice);
+        return false;
+    }
     if (a->missing) {
         fprintf(stderr, "%s: option '%s' needs a value (see --help)\n", a->cmd, a->missing);
         return false;

@@ -13,6 +13,7 @@ typedef struct {
     const char *cmd;   // "specdec run", for messages
     bool *used;        // argv[i] consumed
     const char *missing; // an option given without its value
+    const char *twice;   // an option given more than once
 } sd_args;
 
 void sd_args_init(sd_args *a, const char *cmd, int argc, char **argv);
@@ -20,8 +21,11 @@ void sd_args_free(sd_args *a);
 bool sd_args_help(sd_args *a);                          // --help / -h present
 bool sd_args_flag(sd_args *a, const char *name);        // --name present
 const char *sd_args_str(sd_args *a, const char *name);  // --name VALUE, NULL when absent
-// Call after reading every option, before any work: an option without its value or a leftover
-// argument prints "CMD: unknown option 'X' (see --help)" (or "needs a value") and returns false.
+// An option is given at most once: a second --name (flag or value) is a usage error, never "the
+// last one wins", so a command line says one thing.
+// Call after reading every option, before any work: an option without its value, an option given
+// twice or a leftover argument prints one line ("CMD: option '--k' given twice (see --help)",
+// "... needs a value", "CMD: unknown option 'X' (see --help)") and returns false.
 bool sd_args_done(sd_args *a);
 
 // Value parsers: false (with a usage message in st naming the option) on junk or out of range.

@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h> // cudaMemcpy
 #include "cuda_backend.h"     // sd_cuda_device_count, sd_cuda_model_upload, sd_cuda_backend_of
 #include "cuda_synth.h"       // sd_cuda_model_synth
+#include "gpu_arch.h"         // sd_cuda_check_devices, sd_cuda_describe
 #endif
 
 sd_code sd_cli_backend_parse(const char *opt, sd_cli_backend *out, sd_status *st) {
@@ -34,7 +35,24 @@ sd_code sd_cli_backend_resolve(sd_cli_backend *b, sd_status *st) {
     if (*b == SD_CLI_BACKEND_CUDA && gpus() == 0)
         return sd_fail(st, SD_ERR_UNSUPPORTED, "--backend cuda: not available on this machine (no CUDA device visible)");
     if (*b == SD_CLI_BACKEND_AUTO) *b = gpus() > 0 ? SD_CLI_BACKEND_CUDA : SD_CLI_BACKEND_CPU;
+#ifdef SPECDEC_HAVE_CUDA
+    if (*b == SD_CLI_BACKEND_CUDA) return sd_cuda_check_devices(st);
+#endif
     return SD_OK;
+}
+
+void sd_cli_backends_describe(FILE *out) {
+    char cpu[256];
+    sd_cli_cpu_model(cpu, sizeof cpu);
+    fprintf(out, "backends:\n  cpu       the reference (%s, %d threads by default)\n", cpu, sd_cli_threads(0));
+#ifdef SPECDEC_HAVE_CUDA
+    sd_cuda_describe(out);
+#else
+    fprintf(out, "  cuda      CUDA not built (configured without a CUDA toolkit, or with SPECDEC_CUDA=OFF)\n"
+                 "  nccl      not built\n"
+                 "  cublasLt  not built\n"
+                 "devices:\n  CUDA not built: the CPU only\n");
+#endif
 }
 
 sd_code sd_cli_to_backend(sd_cli_backend b, sd_model *host, sd_model *dev, sd_model **use, sd_status *st) {

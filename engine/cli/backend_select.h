@@ -3,6 +3,7 @@
 // that know the CUDA backend exists.
 #pragma once
 #include <stdbool.h>
+#include <stdio.h> // FILE
 #include "model.h" // sd_model
 #include "synth.h" // sd_synth_opts
 
@@ -11,7 +12,8 @@ typedef enum { SD_CLI_BACKEND_AUTO = 0, SD_CLI_BACKEND_CPU, SD_CLI_BACKEND_CUDA 
 // "cpu" / "cuda" / NULL (auto). Usage error on anything else.
 sd_code sd_cli_backend_parse(const char *opt, sd_cli_backend *out, sd_status *st);
 // Resolve auto (the GPU when this build has CUDA and a device is visible, else the CPU) and refuse
-// cuda when this build or machine cannot serve it — never a silent fallback.
+// cuda when this build or machine cannot serve it — never a silent fallback. Choosing cuda checks
+// that every visible device has a compute capability this build runs (gpu_arch.h).
 sd_code sd_cli_backend_resolve(sd_cli_backend *b, sd_status *st);
 // Put a loaded host model on the backend: *use = host for the CPU; for CUDA the copy is made
 // in *dev, the host model freed, and *use = dev. (Models are never copied by value: their
@@ -27,6 +29,9 @@ sd_code sd_cli_synth_on(sd_cli_backend b, const sd_config *cfg, const sd_synth_o
                         sd_status *st);
 // The first `rows` rows of the state's logits scratch (the last forward's), copied to the host.
 sd_code sd_cli_read_logits(const sd_model *m, const sd_state *s, int rows, float *out, sd_status *st);
+// `specdec --version`'s backend lines: the CPU, then the CUDA runtime and architectures, NCCL and
+// cuBLASLt versions and the visible devices, or "not built".
+void sd_cli_backends_describe(FILE *out);
 // "cpu" / "cuda", and the device's name ("NVIDIA H200", or the CPU's model name).
 const char *sd_cli_backend_name(sd_cli_backend b);
 void sd_cli_device_name(const sd_model *m, char *buf, size_t len);

@@ -17,7 +17,8 @@ static const char *HELP =
     "Teacher-forced forward of the token sequence from position 0. Writes FILE (safetensors):\n"
     "`logits` F32 [T, V] (row t = the logits after token t) and `tokens` I32 [T].\n\n"
     "  --mode decode   one token per forward (default)\n"
-    "  --mode verify   forwards of --chunk N tokens (default 5 = k+1 for k = 4)\n"
+    "  --mode verify   forwards of --chunk N tokens (default 5 = k+1 for k = 4; --chunk with --mode\n"
+    "                  decode is a usage error)\n"
     "  --mode prefill  the sequence as one prompt (sd_prefill): on a GPU, more than 32 tokens take the\n"
     "                  prefill path (GEMMs, chunked KDA, flash MLA), equal to decode within MODEL.md's\n"
     "                  GPU tolerance, not bit for bit; otherwise forwards of --chunk N tokens\n"
@@ -97,6 +98,10 @@ int cmd_forward(int argc, char **argv) {
     sd_cli_backend be;
     if (sd_cli_backend_parse(backend, &be, &st)) return sd_cli_fail(cmd, &st);
     if (chunk_s && !sd_parse_int("--chunk", chunk_s, 1, 64, &chunk, &st)) return sd_cli_fail(cmd, &st);
+    if (chunk_s && (!mode || !strcmp(mode, "decode"))) {
+        sd_fail(&st, SD_ERR_USAGE, "--chunk does nothing with --mode decode (one token per forward): give --mode verify");
+        return sd_cli_fail(cmd, &st);
+    }
     sd_cli_tp tp;
     if (sd_cli_tp_parse(&tpa, &tp, &st)) return sd_cli_fail(cmd, &st);
     if (!mode || !strcmp(mode, "decode")) chunk = 1;

@@ -102,9 +102,13 @@ static int parse(int argc, char **argv, gate_cli *c) {
         return sd_cli_fail(cmd, &st);
     if (prompt && plen) sd_fail(&st, SD_ERR_USAGE, "give --prompt or --prompt-len, not both");
     else if (kv > 0 && !has_draft) sd_fail(&st, SD_ERR_USAGE, "--k %ld needs a draft (--draft DIR or --draft-layers N)", kv);
+
     else if (prompt && !sd_parse_int_list("--prompt", prompt, &c->prompt, &c->g.n_prompt, &st)) {
     }
     if (st.code) return sd_cli_fail(cmd, &st);
+    if (kv == 0 && (draft || layers)) // a model pair gated at both depths stays one command line: a note, not an error
+        fprintf(stderr, "%s: note: --k 0 runs plain decode steps: %s not used\n", cmd,
+                draft ? "--draft is" : tail ? "--draft-layers and --tail-scale are" : "--draft-layers is");
     c->src.want_draft = kv > 0;
     c->g.k = (int)kv;
     c->g.tokens = (int)nt;

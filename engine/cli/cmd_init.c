@@ -1,5 +1,8 @@
 // cmd_init.c — `specdec init`: synthesise a model directory, and optionally its derived draft.
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "args.h"
 #include "commands.h"
@@ -15,11 +18,37 @@ static const char *HELP =
     "  --seed S           generator seed (default 0)\n"
     "  --dtype bf16|f32   dtype of the matrices (default bf16; vectors and routing stay f32)\n"
     "  --draft-out DIR    also write the derived draft: the target's first N layers with its\n"
-    "                     embedding, final norm and head\n"
+    "                     embedding, final norm and head (a directory other than --out)\n"
     "  --draft-layers N   N for the draft (1..L)\n"
     "  --tail-scale E     in the target, layers N..L-1 have o_proj and every down_proj scaled by\n"
     "                     E (default 1): E = 0 makes the draft agree with the target on every\n"
     "                     token; larger E lowers acceptance toward chance\n";
+
+// p made absolute and canonical into out (PATH_MAX): the longest prefix that exists resolved by
+// realpath (symbolic links, "..", "."), the rest appended by name, "." and ".." applied. False
+// when it does not fit.
+static bool canonical_path(const char *p, char *out) {
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s", p) >= (int)sizeof path) return false;
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') path[--n] = 0;
+    if (realpath(path, out)) return true;
+    char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    char parent[PATH_MAX];
+    snprintf(parent, sizeof parent, "%s", slash == path ? "/" : slash ? path : ".");
+    if (slash && slash != path) parent[slash - path] = 0;
+    if (!canonical_path(parent, out)) return false;
+    if (!strcmp(base, ".")) return true;
+    if (!strcmp(base, "..")) {
+        char *up = strrchr(out, '/');
+        if (up && up != out) *up = 0;
+        else snprintf(out, PATH_MAX, "/");
+        return true;
+    }
+    const size_t len = strlen(out);
+    return snprintf(out + len, PATH_MAX - len, "%s%s", len > 1 ? "/" : "", base) < (int)(PATH_MAX - len);
+}
 
 int cmd_init(int argc, char **argv) {
     const char *cmd = "specdec init";
@@ -53,6 +82,12 @@ int cmd_init(int argc, char **argv) {
         sd_fail(&st, SD_ERR_USAGE, "--tail-scale needs --draft-out and --draft-layers");
         return sd_cli_fail(cmd, &st);
     }
+    char out_abs[PATH_MAX], draft_abs[PATH_MAX];
+    if (draft_out && canonical_path(out, out_abs) && canonical_path(draft_out, draft_abs) && !strcmp(out_abs, draft_abs)) {
+        sd_fail(&st, SD_ERR_USAGE, "--draft-out %s is --out %s (%s): the draft would overwrite the target", draft_out, out,
+                out_abs);
+        return sd_cli_fail(cmd, &st);
+    }
     if (layers_s && !sd_parse_int("--draft-layers", layers_s, 1, SD_MAX_LAYERS, &n_draft, &st)) return sd_cli_fail(cmd, &st);
     if (tail_s && !sd_parse_float("--tail-scale", tail_s, 0.0, 1e6, &tail, &st)) return sd_cli_fail(cmd, &st);
 
@@ -61,16 +96,20 @@ int cmd_init(int argc, char **argv) {
     if (draft_out && sd_draft_config(&cfg, (int)n_draft, &dcfg, &st)) return sd_cli_fail(cmd, &st);
     if (draft_out) { o.tail_from = (int)n_draft; o.tail_scale = (float)tail; o.depth = cfg.num_hidden_layers; }
 
+    // "wrote" is said once everything is written: the target, then the draft.
     sd_model m;
     if (sd_synth_model(&m, &cfg, &o, &st)) return sd_cli_fail(cmd, &st);
     sd_code rc = sd_model_save(&m, out, &st);
-    fprintf(stderr, "%s: wrote %s (%d tensors, %.1f MB)\n", cmd, out, m.w.n_specs, m.w.arena_bytes / 1e6);
+    const int n_tensors = m.w.n_specs;
+    const double mb = m.w.arena_bytes / 1e6;
     sd_model_free(&m);
-    if (!rc && draft_out) {
-        rc = sd_synth_model(&m, &dcfg, &o, &st);
-        if (!rc) rc = sd_model_save(&m, draft_out, &st);
-        if (!rc) fprintf(stderr, "%s: wrote draft %s (%d of %d layers)\n", cmd, draft_out, dcfg.num_hidden_layers, cfg.num_hidden_layers);
+    if (!rc && draft_out && !(rc = sd_synth_model(&m, &dcfg, &o, &st))) {
+        rc = sd_model_save(&m, draft_out, &st);
         sd_model_free(&m);
     }
-    return rc ? sd_cli_fail(cmd, &st) : 0;
+    if (rc) return sd_cli_fail(cmd, &st);
+    fprintf(stderr, "%s: wrote %s (%d tensors, %.1f MB)\n", cmd, out, n_tensors, mb);
+    if (draft_out)
+        fprintf(stderr, "%s: wrote draft %s (%d of %d layers)\n", cmd, draft_out, dcfg.num_hidden_layers, cfg.num_hidden_layers);
+    return 0;
 }

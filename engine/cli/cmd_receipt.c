@@ -17,7 +17,8 @@ static const char *HELP =
     "         differs by more than --tol PP (default 2.0). A and B: receipts or trace logs.\n"
     "         Receipts whose env lines name different configs, weights, draft weights, k or\n"
     "         backends measured different things: refused (exit 1) unless --force, which compares\n"
-    "         them anyway with one warning line per difference on stderr.\n"
+    "         them anyway with one warning line per difference on stderr. A trace log has no env\n"
+    "         line: a note on stderr says its measurement is not checked.\n"
     "  --json  compare: one JSON object on stdout (rows, verdict, env differences) instead of the table\n";
 
 static int compare(const char *cmd, const char *pa, const char *pb, const char *tol_s, const char *tag, bool force,
@@ -40,6 +41,11 @@ static int compare(const char *cmd, const char *pa, const char *pb, const char *
     }
     if (!rc) {
         for (int i = 0; i < c.n_env_diffs; i++) fprintf(stderr, "%s: warning: %s differs\n", cmd, c.env_diffs[i]);
+        // A trace log has no env line: what it measured cannot be checked, and the user is told.
+        for (int s = 0; s < 2; s++)
+            if (!c.side[s].has_env)
+                fprintf(stderr, "%s: note: %s (%s) is a trace log without an env line: its config, weights, k and "
+                                "backend are not checked\n", cmd, s ? "B" : "A", s ? pb : pa);
         char *text = json ? receipt_comparison_json(&c, force) : NULL;
         if (json && text) puts(text);
         else if (!json) receipt_comparison_print(&c, stdout);
@@ -71,7 +77,12 @@ int cmd_receipt(int argc, char **argv) {
     sd_args_free(&a);
     if (!ok) return EXIT_USAGE;
 
-    if (n_pos == 2 && !strcmp(pos[0], "parse") && !tol_s && !tag && !force && !json) {
+    const char *compare_only = tol_s ? "--tol" : tag ? "--tag" : force ? "--force" : json ? "--json" : NULL;
+    if (n_pos >= 1 && !strcmp(pos[0], "parse") && compare_only) {
+        fprintf(stderr, "%s: %s does nothing with parse (it is an option of compare)\n", cmd, compare_only);
+        return EXIT_USAGE;
+    }
+    if (n_pos == 2 && !strcmp(pos[0], "parse")) {
         sd_status st = {0};
         receipt_set A = {0};
         int rc = receipt_parse_file(pos[1], &A, &st) || receipt_write_jsonl(&A, stdout, &st) ? sd_cli_fail(cmd, &st) : 0;

@@ -180,6 +180,8 @@ int cmd_run(int argc, char **argv) {
     // An explicit cuda is refused before resolving it (which needs a device), auto's choice after.
     sd_code c = have_out ? sd_cli_tp_check_backend(&o.tp, o.be, &st) : sd_fail(&st, SD_ERR_SYS, "out of memory");
     if (!c) c = sd_cli_backend_resolve(&o.be, &st);
+    if (!c && o.threads && o.be == SD_CLI_BACKEND_CUDA)
+        fprintf(stderr, "%s: note: --threads sets the CPU backend's threads; this run is on cuda\n", cmd);
     if (!c) c = sd_cli_tp_check_backend(&o.tp, o.be, &st);
     if (!c && o.graph) c = sd_cli_door_check_backend(o.be, &st); // before loading anything
     if (!c) c = setup(&o, host, dev, use, &st);

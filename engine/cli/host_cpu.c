@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/utsname.h> // uname
 #include <unistd.h>
 
 #define WAIT_POLICY "OMP_WAIT_POLICY"
@@ -27,7 +28,8 @@ int sd_cli_threads(long n) {
 }
 
 void sd_cli_cpu_model(char *buf, size_t len) {
-    snprintf(buf, len, "cpu");
+    struct utsname u;
+    snprintf(buf, len, "%s", uname(&u) == 0 && u.machine[0] ? u.machine : "cpu");
     FILE *f = fopen("/proc/cpuinfo", "r");
     char line[512];
     while (f && fgets(line, sizeof line, f)) {

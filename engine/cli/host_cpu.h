@@ -17,5 +17,6 @@ int sd_cli_threads(long n);
 // The OpenMP wait policy the runtime read ("passive", the user's value, or NULL when unset).
 const char *sd_cli_omp_wait_policy(void);
 
-// "model name" of /proc/cpuinfo ("cpu" when unknown).
+// "model name" of /proc/cpuinfo; where it has none (e.g. aarch64), the machine of uname(2)
+// ("aarch64"), and "cpu" when even that is unknown.
 void sd_cli_cpu_model(char *buf, size_t len);

@@ -2,7 +2,8 @@
 #include <stdio.h>
 #include <string.h>
 #include "commands.h"
-#include "host_cpu.h" // sd_cli_omp_passive
+#include "backend_select.h" // sd_cli_backends_describe
+#include "host_cpu.h"       // sd_cli_omp_passive
 
 static const struct {
     const char *name;
@@ -36,6 +37,7 @@ int main(int argc, char **argv) {
         }
         if (argc >= 2 && !strcmp(argv[1], "--version")) {
             printf("specdec %s (%s)\n", SPECDEC_VERSION, SPECDEC_GIT_COMMIT);
+            sd_cli_backends_describe(stdout);
             return 0;
         }
         return cmd_run(argc - 1, argv + 1);

@@ -64,7 +64,8 @@ static const char *HELP =
     "  --chrome-trace FILE the rounds as a Chrome trace-event JSON for ui.perfetto.dev or\n"
     "                      chrome://tracing (implies trace level 1; level 2 adds the verify buckets)\n\n"
     "The trace options, --receipt and --chrome-trace observe speculative rounds: on a plain run they\n"
-    "are usage errors, as are --k and --draft with --plain. Ctrl-C ends the run after the current\n"
+    "are usage errors, as are --k and --draft with --plain and any option given twice; --seed with a\n"
+    "given prompt on a greedy run and --threads on cuda draw a one-line note. Ctrl-C ends the run after the current\n"
     "round: the tokens so far are printed, the receipt closes with an \"interrupted\" line, exit 130.\n"
     "tokens_per_s = generated tokens / seconds of the generation call (prefill included).\n";
 
@@ -196,9 +197,13 @@ static bool check_outputs(const run_given *g, run_opts *o, sd_status *st) {
     return !g->trace || sd_parse_int("--trace", g->trace, 1, 2, &o->trace, st);
 }
 
-// An option the chosen mode would ignore is an error, never silently dropped.
+// An option the chosen mode would ignore is an error, never silently dropped; --seed, which
+// scripts pass alongside a fixed prompt, gets a one-line note where it has nothing to seed.
 static bool check_mode(const run_given *g, const run_opts *o, sd_status *st) {
     if (g->plain && g->draft) return sd_fail(st, SD_ERR_USAGE, "--draft with --plain: the draft would not be used"), false;
+    if (g->seed && o->prompt_given && o->temperature == 0.0)
+        fprintf(stderr, "specdec run: note: --seed does nothing here: the prompt is given and the run is greedy "
+                        "(--temperature 0)\n");
     if (o->spec) return true;
     const char *idle = g->k ? "--k" : g->trace ? "--trace" : g->tag ? "--trace-tag" : g->receipt ? "--receipt"
                      : g->chrome ? "--chrome-trace" : NULL;
