@@ -43,13 +43,20 @@ static void add_vec(spec_list *l, int layer, const char *name, sd_weight_role ro
     s->vec = v;
 }
 
-static void add_ffn(spec_list *l, int layer, const char *prefix, sd_ffn_weights *f, int D, int I) {
+// A SwiGLU FFN's three Linears under `prefix`, named as the published checkpoints name them:
+// gate_proj/up_proj/down_proj for the dense MLP and the shared experts, w1/w3/w2 (gate, up,
+// down) for a routed expert.
+typedef struct { const char *gate, *up, *down; } ffn_names;
+static const ffn_names FFN_PROJ = {"gate_proj", "up_proj", "down_proj"};
+static const ffn_names FFN_EXPERT = {"w1", "w3", "w2"};
+
+static void add_ffn(spec_list *l, int layer, const char *prefix, const ffn_names *nm, sd_ffn_weights *f, int D, int I) {
     char name[96];
-    snprintf(name, sizeof name, "%s.gate_proj.weight", prefix);
+    snprintf(name, sizeof name, "%s.%s.weight", prefix, nm->gate);
     add_mat(l, layer, name, SD_ROLE_MATRIX, &f->gate, I, D);
-    snprintf(name, sizeof name, "%s.up_proj.weight", prefix);
+    snprintf(name, sizeof name, "%s.%s.weight", prefix, nm->up);
     add_mat(l, layer, name, SD_ROLE_MATRIX, &f->up, I, D);
-    snprintf(name, sizeof name, "%s.down_proj.weight", prefix);
+    snprintf(name, sizeof name, "%s.%s.weight", prefix, nm->down);
     add_mat(l, layer, name, SD_ROLE_RESIDUAL, &f->down, D, I);
 }
 
@@ -101,21 +108,22 @@ sd_code sd_weights_plan(const sd_config *c, sd_weights *w, sd_status *st) {
         else add_mla(&l, i, c, &ly->mla);
         ly->is_moe = sd_config_is_moe(c, i);
         if (!ly->is_moe) {
-            add_ffn(&l, i, "mlp", &ly->dense, D, c->intermediate_size);
+            add_ffn(&l, i, "mlp", &FFN_PROJ, &ly->dense, D, c->intermediate_size);
             continue;
         }
         sd_moe_weights *moe = &ly->moe;
         moe->experts = w->expert_pool + (size_t)(i - c->first_k_dense_replace) * E;
-        add_vec(&l, i, "mlp.gate.weight", SD_ROLE_ROUTER, &moe->router, E, D);
-        add_vec(&l, i, "mlp.gate.e_score_correction_bias", SD_ROLE_ROUTER_BIAS, &moe->bias, E, 0);
+        // MoE layers live under block_sparse_moe. (MODEL.md "Tensors"); the dense ones under mlp.
+        add_vec(&l, i, "block_sparse_moe.gate.weight", SD_ROLE_ROUTER, &moe->router, E, D);
+        add_vec(&l, i, "block_sparse_moe.gate.e_score_correction_bias", SD_ROLE_ROUTER_BIAS, &moe->bias, E, 0);
         for (int j = 0; j < E; j++) {
             if (!sd_config_holds_expert(c, j)) continue; // another rank's (a shard config)
             char prefix[48];
-            snprintf(prefix, sizeof prefix, "mlp.experts.%d", j);
-            add_ffn(&l, i, prefix, &moe->experts[j], D, c->moe_intermediate_size);
+            snprintf(prefix, sizeof prefix, "block_sparse_moe.experts.%d", j);
+            add_ffn(&l, i, prefix, &FFN_EXPERT, &moe->experts[j], D, c->moe_intermediate_size);
         }
         if (c->num_shared_experts > 0)
-            add_ffn(&l, i, "mlp.shared_experts", &moe->shared, D, sd_config_shared_width(c));
+            add_ffn(&l, i, "block_sparse_moe.shared_experts", &FFN_PROJ, &moe->shared, D, sd_config_shared_width(c));
     }
     add_vec(&l, -1, "model.norm.weight", SD_ROLE_NORM, &w->final_norm, D, 0);
     if (!c->tie_word_embeddings) add_mat(&l, -1, "lm_head.weight", SD_ROLE_HEAD, &w->lm_head, sd_config_head_rows(c), D);

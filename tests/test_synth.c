@@ -139,8 +139,9 @@ Test(synth, weight_faults_are_named) {
     synth_from("configs/tiny.json", 1, 0, SD_MAX_LAYERS, 1.0f, &m);
     struct { const char *drop, *reshape, *extra, *want; } cases[] = {
         {"model.layers.2.self_attn.kv_b_proj.weight", NULL, NULL, "missing tensor 'model.layers.2.self_attn.kv_b_proj.weight'"},
-        {NULL, "model.layers.1.mlp.experts.3.up_proj.weight", NULL, "tensor 'model.layers.1.mlp.experts.3.up_proj.weight': shape must be [16, 32], got [15, 32]"},
-        {NULL, NULL, "model.layers.9.self_attn.q_proj.weight", "tensor 'model.layers.9.self_attn.q_proj.weight' is not part of this config's model"},
+        {NULL, "model.layers.1.block_sparse_moe.experts.3.w3.weight", NULL, "tensor 'model.layers.1.block_sparse_moe.experts.3.w3.weight': shape must be [16, 32], got [15, 32]"},
+        {NULL, NULL, "model.layers.1.self_attn.q_norm.weight", "tensor 'model.layers.1.self_attn.q_norm.weight' is not part of this config's model"},
+        {NULL, NULL, "model.visual.proj.weight", "tensor 'model.visual.proj.weight' is not part of this config's model"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char dir[300];
