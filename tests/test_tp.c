@@ -178,7 +178,7 @@ Test(tp_spec, spec_equals_greedy_under_3_ranks_for_k_1_to_8) {
     static pair p;
     static gen_job job;
     sd_tp_group g;
-    spec_setup(&p, &g, &job, 12);
+    spec_setup(&p, &g, &job, 17);
     int want[N_NEW], got[N_NEW];
     tp_generate(&g, &job, want);
     // Greedy decode's argmaxes come from the ranks' local ones combined; they must be the

@@ -37,6 +37,16 @@ static bool dtype_parse(const char *s, sd_dtype *out) {
     return false;
 }
 
+// The dtypes of the format (the reference library's list) that specdec does not read: a file
+// holding one is valid safetensors, so it is named as unsupported, not as unknown.
+static bool dtype_unsupported(const char *s) {
+    static const char *const names[] = {"BOOL", "U8",  "I8",  "F8_E5M2", "F8_E4M3", "F8_E8M0", "I16",     "U16",
+                                        "U32",  "U64", "C64", "F4",      "F6_E2M3", "F6_E3M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strcmp(s, names[i]) == 0) return true;
+    return false;
+}
+
 // Π shape; false if a dim is negative or the product overflows int64. A zero dim gives 0 whatever
 // the other dims are.
 static bool numel_checked(const int64_t *shape, int ndim, int64_t *out) {
@@ -225,6 +235,9 @@ static sd_code parse_entry(const char *path, const cJSON *e, const char *data, s
     const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
     if (!cJSON_IsString(dt))
         return sd_fail(st, SD_ERR_DATA, "%s: tensor '%s': dtype is missing or not a string", path, t->name);
+    if (!dtype_parse(dt->valuestring, &t->dtype) && dtype_unsupported(dt->valuestring))
+        return sd_fail(st, SD_ERR_DATA, "%s: dtype %s of tensor '%s' is not supported (specdec reads F32, BF16, "
+                       "F16, F64, I32, I64)", path, dt->valuestring, t->name);
     if (!dtype_parse(dt->valuestring, &t->dtype))
         return sd_fail(st, SD_ERR_DATA, "%s: tensor '%s': unknown dtype '%s'", path, t->name, dt->valuestring);
     sd_code code = parse_shape(path, cJSON_GetObjectItemCaseSensitive(e, "shape"), t, st);
@@ -246,8 +259,9 @@ static sd_code parse_entry(const char *path, const cJSON *e, const char *data, s
 
 static bool is_metadata(const cJSON *e) { return strcmp(e->string, METADATA_KEY) == 0; }
 
-// Build f->tensors (in header order) from the header object. One block holds the tensor array
-// followed by the names it points into, so sd_st_close frees it with one call.
+// Build f->tensors (in header order) from the header object. The entries are counted first and
+// one block, allocated once, holds the tensor array followed by the names it points into (so
+// the table never grows, and sd_st_close frees it with one call).
 static sd_code parse_tensors(const char *path, const cJSON *root, const char *data, size_t data_size,
                              sd_st_file *f, sd_status *st) {
     int n = 0, n_meta = 0;
@@ -264,6 +278,8 @@ static sd_code parse_tensors(const char *path, const cJSON *root, const char *da
         name_bytes += strlen(e->string) + 1;
     }
     if (n == 0) return SD_OK;
+    if ((unsigned)n > SD_ST_MAX_TENSORS)
+        return sd_fail(st, SD_ERR_DATA, "%s: header lists %d tensors, more than the limit of %u", path, n, SD_ST_MAX_TENSORS);
     f->tensors = calloc(1, (size_t)n * sizeof *f->tensors + name_bytes);
     if (!f->tensors) return sd_fail(st, SD_ERR_SYS, "%s: out of memory for %d tensors", path, n);
     char *names = (char *)(f->tensors + n);
@@ -291,15 +307,74 @@ static int cmp_offset(const void *a, const void *b) {
     return strcmp(x->name, y->name);
 }
 
-// Sorted by begin, two ranges overlap somewhere only if some neighbouring pair does.
-static sd_code sort_and_check_overlap(const char *path, sd_st_file *f, sd_status *st) {
-    if (f->n < 2) return SD_OK;
-    qsort(f->tensors, (size_t)f->n, sizeof *f->tensors, cmp_offset);
-    for (int i = 1; i < f->n; i++) {
-        const sd_st_tensor *prev = &f->tensors[i - 1], *cur = &f->tensors[i];
-        if ((const char *)prev->data + prev->nbytes > (const char *)cur->data)
-            return sd_fail(st, SD_ERR_DATA, "%s: tensors '%s' and '%s' overlap", path, prev->name, cur->name);
+// The reference library's rule: sorted by begin, the tensors tile the data section — the
+// first starts at 0, each starts where the one before it ends, the last ends at the end of the
+// file. A gap, an overlap or bytes after the last tensor are refused.
+static sd_code sort_and_check_tiling(const char *path, sd_st_file *f, const char *data, size_t data_size,
+                                     sd_status *st) {
+    if (f->n > 1) qsort(f->tensors, (size_t)f->n, sizeof *f->tensors, cmp_offset);
+    const char *at = data;
+    for (int i = 0; i < f->n; i++) {
+        const sd_st_tensor *cur = &f->tensors[i];
+        const char *start = cur->data;
+        if (start < at)
+            return sd_fail(st, SD_ERR_DATA, "%s: tensors '%s' and '%s' overlap", path, f->tensors[i - 1].name, cur->name);
+        if (start > at)
+            return sd_fail(st, SD_ERR_DATA, "%s: tensor '%s' starts at byte %zu of the data section, %zu bytes after "
+                           "the end of the tensor before it (a gap)", path, cur->name, (size_t)(start - data),
+                           (size_t)(start - at));
+        at = start + cur->nbytes;
     }
+    size_t covered = (size_t)(at - data);
+    if (covered != data_size)
+        return sd_fail(st, SD_ERR_DATA, "%s: file not fully covered: the tensors end at byte %zu of the data section, "
+                       "%zu bytes before the end of the file", path, covered, data_size - covered);
+    return SD_OK;
+}
+
+// One pass over the header text before any parse allocates: counts the top-level members
+// (tensors and __metadata__: one ':' each at depth 1) and refuses a string holding a NUL —
+// raw or as the escape \u0000 — or any other raw control byte (JSON allows none). cJSON's keys
+// are C strings, so a name "a\u0000b" would otherwise be read as "a"; after this pass every
+// name's length is its strlen and strcmp compares names exactly.
+static sd_code prescan_header(const char *path, const char *hdr, size_t len, size_t *members, sd_status *st) {
+    size_t n = 0;
+    int depth = 0;
+    bool in_str = false;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)hdr[i];
+        if (in_str) {
+            if (c < 0x20)
+                return sd_fail(st, SD_ERR_DATA, "%s: header string holds the control byte 0x%02x at byte %zu", path, c, i);
+            if (c == '\\' && i + 1 < len) {
+                if (hdr[i + 1] == 'u' && i + 5 < len && memcmp(hdr + i + 2, "0000", 4) == 0)
+                    return sd_fail(st, SD_ERR_DATA, "%s: header string holds a NUL (\\u0000) at byte %zu", path, i);
+                i++; // the escaped character cannot end the string
+            } else if (c == '"') {
+                in_str = false;
+            }
+            continue;
+        }
+        if (c == '"') in_str = true;
+        else if (c == '{' || c == '[') depth++;
+        else if (c == '}' || c == ']') depth--;
+        else if (c == ':' && depth == 1) n++;
+        else if (c == 0) return sd_fail(st, SD_ERR_DATA, "%s: header holds a NUL byte at byte %zu", path, i);
+    }
+    *members = n;
+    return SD_OK;
+}
+
+// The tensor count is bounded before cJSON builds its tree (several hundred bytes of nodes per
+// entry): by the header's size (an entry takes at least SD_ST_MIN_ENTRY_BYTES of text) and by
+// SD_ST_MAX_TENSORS, so a header of a million empty entries is refused without building it.
+static sd_code check_tensor_count(const char *path, size_t members, size_t hlen, sd_status *st) {
+    size_t tensors = members > 0 ? members - 1 : 0; // one member may be __metadata__
+    if (tensors > SD_ST_MAX_TENSORS)
+        return sd_fail(st, SD_ERR_DATA, "%s: header lists %zu tensors, more than the limit of %u", path, tensors,
+                       SD_ST_MAX_TENSORS);
+    if (tensors > hlen / SD_ST_MIN_ENTRY_BYTES + 1)
+        return sd_fail(st, SD_ERR_DATA, "%s: header of %zu bytes cannot hold %zu tensor entries", path, hlen, tensors);
     return SD_OK;
 }
 
@@ -313,15 +388,21 @@ static sd_code parse_file(const char *path, sd_st_file *f, sd_status *st) {
         return sd_fail(st, SD_ERR_DATA, "%s: header length %" PRIu64 " runs past the end of the file (%zu bytes)",
                        path, hlen, f->size);
     const char *hdr = (const char *)f->map + 8;
-    cJSON *root = NULL;
-    sd_code code = parse_json(path, hdr, (size_t)hlen, &root, st);
+    size_t members = 0;
+    sd_code code = prescan_header(path, hdr, (size_t)hlen, &members, st);
+    if (!code) code = check_tensor_count(path, members, (size_t)hlen, st);
     if (code) return code;
-    code = parse_tensors(path, root, hdr + hlen, f->size - 8 - (size_t)hlen, f, st);
+    cJSON *root = NULL;
+    code = parse_json(path, hdr, (size_t)hlen, &root, st);
+    if (code) return code;
+    const char *data = hdr + hlen;
+    const size_t data_size = f->size - 8 - (size_t)hlen;
+    code = parse_tensors(path, root, data, data_size, f, st);
     cJSON_Delete(root);
     if (code) return code;
     code = check_unique_names(path, f->tensors, f->n, st);
     if (code) return code;
-    return sort_and_check_overlap(path, f, st);
+    return sort_and_check_tiling(path, f, data, data_size, st);
 }
 
 // Names and dtype strings from a file may hold control bytes; the message stays one line.

@@ -9,6 +9,12 @@
 
 #define SD_ST_MAX_DIMS 8
 #define SD_ST_MAX_HEADER (100u << 20) // the format's own 100 MB header bound
+// Our bound on the tensors of one file, checked before the header is parsed: far above any
+// published file (a whole 671B-parameter checkpoint holds about 10^5 tensors, one of its
+// shards a few thousand), far below what would make the parsed header take gigabytes.
+#define SD_ST_MAX_TENSORS (1u << 18)
+// The shortest text a tensor entry can take: "":{"dtype":"I8","shape":[],"data_offsets":[0,0]}
+#define SD_ST_MIN_ENTRY_BYTES 48
 
 typedef struct {
     char *name;
@@ -28,8 +34,11 @@ typedef struct {
 
 int64_t sd_st_numel(const sd_st_tensor *t);
 
-// Open and validate: header length inside the file and <= SD_ST_MAX_HEADER, valid JSON, known
-// dtypes, offsets inside the data section, no overlap, nbytes = dtype size × shape. Any
+// Open and validate as the reference library does: header length inside the file and <=
+// SD_ST_MAX_HEADER, at most SD_ST_MAX_TENSORS entries, valid JSON with no NUL in a string,
+// dtypes specdec reads (a dtype of the format it does not read is named as unsupported, any
+// other string as unknown), nbytes = dtype size × shape, and the tensors tiling the data
+// section exactly (no gap, no overlap, no byte after the last: "file not fully covered"). Any
 // violation is SD_ERR_DATA naming the path (and tensor); never a crash.
 sd_code sd_st_open(const char *path, sd_st_file *f, sd_status *st);
 const sd_st_tensor *sd_st_find(const sd_st_file *f, const char *name); // NULL if absent
