@@ -198,16 +198,38 @@ static void convert_to(const sd_st_tensor *t, sd_dtype to, void *dst) {
     }
 }
 
-sd_code sd_weights_load(const sd_config *cfg, const sd_st_file *f, const char *path, sd_weights *w, sd_status *st) {
+// A tensor of a layer at or beyond num_hidden_layers: a multi-token-prediction layer of the
+// published checkpoints, not part of this model (MODEL.md "Tensors").
+static bool beyond_last_layer(const char *name, int L) {
+    const char *prefix = "model.layers.";
+    if (strncmp(name, prefix, strlen(prefix)) != 0) return false;
+    const char *p = name + strlen(prefix);
+    long i = 0;
+    int digits = 0;
+    for (; *p >= '0' && *p <= '9' && digits < 9; p++, digits++) i = i * 10 + (*p - '0');
+    return digits > 0 && *p == '.' && i >= L;
+}
+
+static bool skipped(const sd_config *cfg, const char *name) {
+    if (cfg->tie_word_embeddings && strcmp(name, "lm_head.weight") == 0) return true; // the embedding is the head
+    return beyond_last_layer(name, cfg->num_hidden_layers);
+}
+
+sd_code sd_weights_load(const sd_config *cfg, const sd_checkpoint *c, sd_weights *w, sd_status *st) {
     sd_code rc = sd_weights_plan(cfg, w, st);
     if (rc) { sd_weights_free(w); return rc; }
     sd_weight_spec *specs = w->specs;
     const int n = w->n_specs;
+    bool *used = calloc((size_t)(c->n ? c->n : 1), sizeof *used);
+    if (!used) { sd_weights_free(w); return sd_fail(st, SD_ERR_SYS, "out of memory for the tensor table"); }
     char want[64], got[64];
     for (int i = 0; i < n && !rc; i++) {
         sd_weight_spec *s = &specs[i];
-        const sd_st_tensor *t = sd_st_find(f, s->name);
-        if (!t) { rc = sd_fail(st, SD_ERR_DATA, "%s: missing tensor '%s'", path, s->name); break; }
+        int at = sd_ckpt_find_index(c, s->name);
+        if (at < 0) { rc = sd_fail(st, SD_ERR_DATA, "%s: missing tensor '%s'", sd_ckpt_path(c), s->name); break; }
+        used[at] = true;
+        const sd_st_tensor *t = c->entries[at].tensor;
+        const char *path = c->shards[c->entries[at].shard].path;
         if (t->dtype != SD_DT_F32 && t->dtype != SD_DT_BF16 && t->dtype != SD_DT_F16) {
             rc = sd_fail(st, SD_ERR_DATA, "%s: tensor '%s': dtype %s is not F32, BF16 or F16", path, s->name, sd_dtype_name(t->dtype));
             break;
@@ -220,19 +242,20 @@ sd_code sd_weights_load(const sd_config *cfg, const sd_st_file *f, const char *p
         }
         s->dtype = (s->keep_dtype && t->dtype == SD_DT_BF16) ? SD_DT_BF16 : SD_DT_F32;
     }
-    // Every tensor in the file must be one the config requires: a stray name is usually a
-    // config that does not describe this file (wrong layer count, tied head, expert count).
-    // All n required names were found and names are unique, so only a larger file has strays.
-    for (int i = 0; i < f->n && !rc && f->n > n; i++) {
-        bool known = false;
-        for (int j = 0; j < n && !known; j++) known = strcmp(specs[j].name, f->tensors[i].name) == 0;
-        if (!known) rc = sd_fail(st, SD_ERR_DATA, "%s: tensor '%s' is not part of this config's model", path, f->tensors[i].name);
+    // Every other tensor must be one the published checkpoints carry unused (skipped()): a stray
+    // name is usually a config that does not describe this file (tied head, expert count).
+    for (int i = 0; i < c->n && !rc; i++) {
+        const char *name = c->entries[i].tensor->name;
+        if (!used[i] && !skipped(cfg, name))
+            rc = sd_fail(st, SD_ERR_DATA, "%s: tensor '%s' is not part of this config's model",
+                         c->shards[c->entries[i].shard].path, name);
     }
+    free(used);
     if (!rc) rc = sd_weights_alloc(w, st);
     if (!rc)
         for (int i = 0; i < n; i++) {
             const sd_weight_spec *s = &specs[i];
-            convert_to(sd_st_find(f, s->name), s->dtype, s->keep_dtype ? (void *)s->mat->data : (void *)*s->vec);
+            convert_to(sd_ckpt_find(c, s->name, NULL), s->dtype, s->keep_dtype ? (void *)s->mat->data : (void *)*s->vec);
         }
     if (rc) sd_weights_free(w);
     return rc;
