@@ -25,7 +25,7 @@ static void save_and_hash(const char *config, uint64_t seed, int bf16, const cha
     char dir[256], path[300];
     snprintf(dir, sizeof dir, "%s/%s", tmp_root, sub);
     sd_status st = {0};
-    cr_assert_eq(sd_model_save(&m, dir, &st), SD_OK, "%s", st.msg);
+    cr_assert_eq(sd_model_save(&m, dir, NULL, &st), SD_OK, "%s", st.msg);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     cr_assert_eq(sd_sha256_file(path, hex, &st), SD_OK);
     sd_model_free(&m);
@@ -57,7 +57,7 @@ Test(synth, save_then_load_is_the_same_model) {
     char dir[256];
     snprintf(dir, sizeof dir, "%s/rt", tmp_root);
     sd_status st = {0};
-    cr_assert_eq(sd_model_save(&m, dir, &st), SD_OK, "%s", st.msg);
+    cr_assert_eq(sd_model_save(&m, dir, NULL, &st), SD_OK, "%s", st.msg);
     cr_assert_eq(sd_model_load(&l, dir, &st), SD_OK, "%s", st.msg);
     int tokens[12];
     random_tokens(1, m.cfg.vocab_size, 12, tokens);
@@ -128,7 +128,7 @@ static void write_variant(const sd_model *m, const char *dir, const char *drop, 
     if (extra) t[n++] = (sd_st_tensor){.name = (char *)extra, .dtype = SD_DT_F32, .ndim = 1, .shape = {4}, .data = pad, .nbytes = 16};
     sd_status st = {0};
     char path[512];
-    cr_assert_eq(sd_model_save(m, dir, &st), SD_OK);
+    cr_assert_eq(sd_model_save(m, dir, NULL, &st), SD_OK);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     cr_assert_eq(sd_st_write(path, t, n, &st), SD_OK, "%s", st.msg);
     free(t);

@@ -47,3 +47,23 @@ void sd_ckpt_close(sd_checkpoint *c);
 // checkpoint the SHA-256 of the manifest `sha256sum` prints for every shard in name order and
 // then the index ("<hex>  <name>\n" per file), so it covers the index and every shard byte.
 sd_code sd_ckpt_digest(const sd_checkpoint *c, char hex[65], sd_status *st);
+
+// ---------------------------------------------------------------------------------------------
+// Writing (checkpoint_write.c)
+
+#define SD_CKPT_DEFAULT_SHARD_BYTES 5000000000ull // the hub's default shard size, 5 GB
+
+typedef struct {
+    uint64_t shard_bytes; // a shard holds at most this many tensor bytes (a larger tensor gets
+                          // a shard of its own); 0: SD_CKPT_DEFAULT_SHARD_BYTES
+    void (*progress)(void *ctx, uint64_t done, uint64_t total); // bytes written; NULL: none
+    void *progress_ctx;
+} sd_ckpt_write_opts;
+
+// Write tensors (in the order given) as DIR's weights: one model.safetensors when they fit in
+// one shard, else model-0000N-of-0000M.safetensors + model.safetensors.index.json. Refused
+// before anything is written when the file system lacks the space (the message gives needed
+// and available bytes). Every file goes to a temporary name first and all are renamed at the
+// end, so a failed write leaves none of them; then the other layout's file, if any, is removed
+// so the directory holds one model. o may be NULL (defaults).
+sd_code sd_ckpt_write(const char *dir, const sd_st_tensor *t, int n, const sd_ckpt_write_opts *o, sd_status *st);

@@ -1,5 +1,5 @@
 // safetensors.c — reader (mmap, header parsed with cJSON, every field validated before use) and
-// atomic writer (temporary file in the same folder, fsync, rename).
+// writer (to a stream; to a path through atomic_file.h: temporary, fsync, rename).
 //
 // Alignment: a tensor's bytes start at map + 8 + N + begin. The format puts no alignment rule on
 // the header length N or on begin (our writer pads N to a multiple of 8, other writers may not),
@@ -9,6 +9,7 @@
 // The mapping is read-only and private: a file truncated by another process while it is mapped
 // raises SIGBUS on access, which no validation at open time can rule out.
 #include "safetensors.h"
+#include "atomic_file.h" // sd_atomic_open, sd_atomic_commit, sd_atomic_abort
 #include <cjson/cJSON.h> // cJSON_ParseWithLengthOpts, cJSON_PrintUnformatted
 #include <errno.h>
 #include <fcntl.h>
@@ -512,69 +513,54 @@ static sd_code build_header(const char *path, const sd_st_tensor *t, int n, char
     return SD_OK;
 }
 
-static bool write_all(int fd, const void *buf, size_t n) {
-    const char *p = buf;
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            if (w == 0) errno = EIO;
-            return false;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return true;
-}
+#define WRITE_CHUNK_BYTES ((size_t)64 << 20) // progress is reported at least this often
 
-static bool write_body(int fd, const char *hdr, size_t hlen, const sd_st_tensor *t, int n) {
+static bool write_body(FILE *f, const char *hdr, size_t hlen, const sd_st_tensor *t, int n, sd_st_progress *p) {
     unsigned char len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
-    if (!write_all(fd, len8, sizeof len8) || !write_all(fd, hdr, hlen)) return false;
-    for (int i = 0; i < n; i++)
-        if (!write_all(fd, t[i].data, t[i].nbytes)) return false;
+    if (fwrite(len8, 1, sizeof len8, f) != sizeof len8 || fwrite(hdr, 1, hlen, f) != hlen) return false;
+    for (int i = 0; i < n; i++) {
+        const char *data = t[i].data;
+        for (size_t off = 0; off < t[i].nbytes; off += WRITE_CHUNK_BYTES) {
+            size_t len = t[i].nbytes - off < WRITE_CHUNK_BYTES ? t[i].nbytes - off : WRITE_CHUNK_BYTES;
+            if (fwrite(data + off, 1, len, f) != len) return false;
+            if (p && p->report) {
+                p->done += len;
+                p->report(p->ctx, p->done, p->total);
+            }
+        }
+    }
     return true;
 }
 
-// Write to `<path>.tmp.<pid>`, fsync, rename over path; the temporary is removed on any failure.
-static sd_code write_atomic(const char *path, const char *hdr, size_t hlen, const sd_st_tensor *t, int n,
-                            sd_status *st) {
-    size_t tmp_len = strlen(path) + 32;
-    char *tmp = malloc(tmp_len);
-    if (!tmp) return sd_fail(st, SD_ERR_SYS, "%s: out of memory", path);
-    snprintf(tmp, tmp_len, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        sd_code code = sd_fail(st, SD_ERR_SYS, "%s: cannot create %s: %s", path, tmp, strerror(errno));
-        free(tmp);
-        return code;
-    }
-    const char *step = NULL;
-    int err = 0;
-    if (!write_body(fd, hdr, hlen, t, n)) step = "write";
-    else if (fsync(fd) != 0) step = "fsync";
-    if (step) err = errno;
-    if (close(fd) != 0 && !step) {
-        step = "close";
-        err = errno;
-    }
-    if (!step && rename(tmp, path) != 0) {
-        step = "rename";
-        err = errno;
-    }
-    if (step) unlink(tmp);
-    free(tmp);
-    return step ? sd_fail(st, SD_ERR_SYS, "%s: %s: %s", path, step, strerror(err)) : SD_OK;
+size_t sd_st_file_bytes_bound(const sd_st_tensor *t, int n) {
+    size_t bytes = 8 + 64; // the length field, "__metadata__" and padding
+    for (int i = 0; i < n; i++) bytes += t[i].nbytes + strlen(t[i].name) + 64 + 24 * (size_t)(t[i].ndim + 2);
+    return bytes;
 }
 
-sd_code sd_st_write(const char *path, const sd_st_tensor *tensors, int n, sd_status *st) {
+sd_code sd_st_write_stream(FILE *f, const char *path, const sd_st_tensor *tensors, int n, sd_st_progress *p,
+                           sd_status *st) {
     sd_code code = check_write_input(path, tensors, n, st);
     if (code) return code;
     char *hdr = NULL;
     size_t hlen = 0;
     code = build_header(path, tensors, n, &hdr, &hlen, st);
     if (code) return code;
-    code = write_atomic(path, hdr, hlen, tensors, n, st);
+    if (!write_body(f, hdr, hlen, tensors, n, p)) code = sd_fail(st, SD_ERR_SYS, "%s: write: %s", path, strerror(errno));
     free(hdr);
     return code;
+}
+
+sd_code sd_st_write(const char *path, const sd_st_tensor *tensors, int n, sd_status *st) {
+    sd_code code = check_write_input(path, tensors, n, st); // before a temporary exists
+    if (code) return code;
+    sd_atomic_file a;
+    SD_TRY(sd_atomic_open(&a, path, st));
+    code = sd_st_write_stream(a.f, path, tensors, n, NULL, st);
+    if (code) {
+        sd_atomic_abort(&a);
+        return code;
+    }
+    return sd_atomic_commit(&a, st);
 }

@@ -4,6 +4,7 @@
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include "status.h" // sd_status
 #include "tensor.h" // sd_dtype
 
@@ -45,5 +46,18 @@ const sd_st_tensor *sd_st_find(const sd_st_file *f, const char *name); // NULL i
 void sd_st_close(sd_st_file *f);
 
 // Write tensors (in the order given) to `path` through a temporary file in the same folder
-// and a rename: a failed or interrupted write leaves no partial file.
+// and a rename (atomic_file.h): a failed or interrupted write leaves no partial file.
 sd_code sd_st_write(const char *path, const sd_st_tensor *tensors, int n, sd_status *st);
+
+// Bytes written so far of a multi-file write, reported after each chunk of at most 64 MiB.
+typedef struct {
+    uint64_t done, total;
+    void (*report)(void *ctx, uint64_t done, uint64_t total); // NULL: none
+    void *ctx;
+} sd_st_progress;
+
+// The same file written to an open stream (path names it in messages); p may be NULL.
+sd_code sd_st_write_stream(FILE *f, const char *path, const sd_st_tensor *tensors, int n, sd_st_progress *p,
+                           sd_status *st);
+// An upper bound on the bytes sd_st_write writes for these tensors (free-space checks).
+size_t sd_st_file_bytes_bound(const sd_st_tensor *t, int n);
