@@ -9,6 +9,7 @@
 #include <string.h>
 #include "backend.h" // sd_backend
 #include "digest.h"  // sd_sha256_file
+#include "checkpoint.h" // sd_ckpt_open, sd_ckpt_digest
 #include "nvtx.h"   // TRACE_RANGE_PUSH, TRACE_RANGE_POP
 #include "ops.h"    // sd_linear, sd_rmsnorm, sd_mat_row_f32
 #include "philox.h" // sd_uniform
@@ -26,13 +27,12 @@ sd_code sd_model_load(sd_model *m, const char *dir, sd_status *st) {
     sd_code rc = sd_config_load(path, &m->cfg, st);
     if (!rc) rc = sd_sha256_file(path, m->config_sha256, st);
     if (rc) return rc;
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    sd_st_file f;
-    rc = sd_st_open(path, &f, st);
+    sd_checkpoint ck;
+    rc = sd_ckpt_open(dir, &ck, st);
     if (rc) return rc;
-    rc = sd_weights_load(&m->cfg, &f, path, &m->w, st);
-    sd_st_close(&f);
-    if (!rc) rc = sd_sha256_file(path, m->weights_sha256, st);
+    rc = sd_weights_load(&m->cfg, &ck, &m->w, st);
+    if (!rc) rc = sd_ckpt_digest(&ck, m->weights_sha256, st);
+    sd_ckpt_close(&ck);
     if (rc) sd_model_free(m);
     return rc;
 }

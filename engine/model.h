@@ -21,14 +21,15 @@ typedef struct sd_model {
     sd_weights w;                    // host tensors (CPU backend), or device tensors of a backend
     const struct sd_backend *backend; // NULL: the CPU reference
     char config_sha256[65];  // of config.json as read ("" for an in-memory model)
-    char weights_sha256[65]; // of model.safetensors as read ("" for an in-memory model)
+    char weights_sha256[65]; // sd_ckpt_digest of the weights as read ("" for an in-memory model)
     // NULL: the whole model on one device. Else this model is one rank's shard of a tensor-parallel
     // group (engine/parallel/): the walk all-reduces every mixer's and FFN's output there, and the
     // head works across the vocabulary split, so every rank gets the same tokens.
     struct sd_comm *comm;
 } sd_model;
 
-// Load DIR/config.json and DIR/model.safetensors (validated: config.c, safetensors.c, weights.c).
+// Load DIR/config.json and DIR's weights, one model.safetensors or an index and its shards
+// (validated: config.c, checkpoint.c, safetensors.c, weights.c).
 sd_code sd_model_load(sd_model *m, const char *dir, sd_status *st);
 void sd_model_free(sd_model *m);
 

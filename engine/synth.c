@@ -109,7 +109,7 @@ static sd_code write_atomic(const char *path, const char *text, sd_status *st) {
     return SD_OK;
 }
 
-sd_code sd_model_save(const sd_model *m, const char *dir, sd_status *st) {
+sd_code sd_model_save(const sd_model *m, const char *dir, const sd_ckpt_write_opts *o, sd_status *st) {
     // config.json has no words for a shard's share (cfg.shard): its files would describe another model.
     if (m->cfg.shard.ranks)
         return sd_fail(st, SD_ERR_USAGE, "%s: rank %d's shard is not a model one can save", dir, m->cfg.shard.rank);
@@ -127,8 +127,7 @@ sd_code sd_model_save(const sd_model *m, const char *dir, sd_status *st) {
         t[i].nbytes = (size_t)sd_st_numel(&t[i]) * sd_dtype_size(s->dtype);
     }
     char path[4096];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    sd_code rc = sd_st_write(path, t, w->n_specs, st);
+    sd_code rc = sd_ckpt_write(dir, t, w->n_specs, o, st);
     free(t);
     char *json = rc ? NULL : sd_config_to_json(&m->cfg);
     if (!rc && !json) rc = sd_fail(st, SD_ERR_SYS, "out of memory");

@@ -43,13 +43,20 @@ static void add_vec(spec_list *l, int layer, const char *name, sd_weight_role ro
     s->vec = v;
 }
 
-static void add_ffn(spec_list *l, int layer, const char *prefix, sd_ffn_weights *f, int D, int I) {
+// A SwiGLU FFN's three Linears under `prefix`, named as the published checkpoints name them:
+// gate_proj/up_proj/down_proj for the dense MLP and the shared experts, w1/w3/w2 (gate, up,
+// down) for a routed expert.
+typedef struct { const char *gate, *up, *down; } ffn_names;
+static const ffn_names FFN_PROJ = {"gate_proj", "up_proj", "down_proj"};
+static const ffn_names FFN_EXPERT = {"w1", "w3", "w2"};
+
+static void add_ffn(spec_list *l, int layer, const char *prefix, const ffn_names *nm, sd_ffn_weights *f, int D, int I) {
     char name[96];
-    snprintf(name, sizeof name, "%s.gate_proj.weight", prefix);
+    snprintf(name, sizeof name, "%s.%s.weight", prefix, nm->gate);
     add_mat(l, layer, name, SD_ROLE_MATRIX, &f->gate, I, D);
-    snprintf(name, sizeof name, "%s.up_proj.weight", prefix);
+    snprintf(name, sizeof name, "%s.%s.weight", prefix, nm->up);
     add_mat(l, layer, name, SD_ROLE_MATRIX, &f->up, I, D);
-    snprintf(name, sizeof name, "%s.down_proj.weight", prefix);
+    snprintf(name, sizeof name, "%s.%s.weight", prefix, nm->down);
     add_mat(l, layer, name, SD_ROLE_RESIDUAL, &f->down, D, I);
 }
 
@@ -101,21 +108,22 @@ sd_code sd_weights_plan(const sd_config *c, sd_weights *w, sd_status *st) {
         else add_mla(&l, i, c, &ly->mla);
         ly->is_moe = sd_config_is_moe(c, i);
         if (!ly->is_moe) {
-            add_ffn(&l, i, "mlp", &ly->dense, D, c->intermediate_size);
+            add_ffn(&l, i, "mlp", &FFN_PROJ, &ly->dense, D, c->intermediate_size);
             continue;
         }
         sd_moe_weights *moe = &ly->moe;
         moe->experts = w->expert_pool + (size_t)(i - c->first_k_dense_replace) * E;
-        add_vec(&l, i, "mlp.gate.weight", SD_ROLE_ROUTER, &moe->router, E, D);
-        add_vec(&l, i, "mlp.gate.e_score_correction_bias", SD_ROLE_ROUTER_BIAS, &moe->bias, E, 0);
+        // MoE layers live under block_sparse_moe. (MODEL.md "Tensors"); the dense ones under mlp.
+        add_vec(&l, i, "block_sparse_moe.gate.weight", SD_ROLE_ROUTER, &moe->router, E, D);
+        add_vec(&l, i, "block_sparse_moe.gate.e_score_correction_bias", SD_ROLE_ROUTER_BIAS, &moe->bias, E, 0);
         for (int j = 0; j < E; j++) {
             if (!sd_config_holds_expert(c, j)) continue; // another rank's (a shard config)
             char prefix[48];
-            snprintf(prefix, sizeof prefix, "mlp.experts.%d", j);
-            add_ffn(&l, i, prefix, &moe->experts[j], D, c->moe_intermediate_size);
+            snprintf(prefix, sizeof prefix, "block_sparse_moe.experts.%d", j);
+            add_ffn(&l, i, prefix, &FFN_EXPERT, &moe->experts[j], D, c->moe_intermediate_size);
         }
         if (c->num_shared_experts > 0)
-            add_ffn(&l, i, "mlp.shared_experts", &moe->shared, D, sd_config_shared_width(c));
+            add_ffn(&l, i, "block_sparse_moe.shared_experts", &FFN_PROJ, &moe->shared, D, sd_config_shared_width(c));
     }
     add_vec(&l, -1, "model.norm.weight", SD_ROLE_NORM, &w->final_norm, D, 0);
     if (!c->tie_word_embeddings) add_mat(&l, -1, "lm_head.weight", SD_ROLE_HEAD, &w->lm_head, sd_config_head_rows(c), D);
@@ -190,16 +198,38 @@ static void convert_to(const sd_st_tensor *t, sd_dtype to, void *dst) {
     }
 }
 
-sd_code sd_weights_load(const sd_config *cfg, const sd_st_file *f, const char *path, sd_weights *w, sd_status *st) {
+// A tensor of a layer at or beyond num_hidden_layers: a multi-token-prediction layer of the
+// published checkpoints, not part of this model (MODEL.md "Tensors").
+static bool beyond_last_layer(const char *name, int L) {
+    const char *prefix = "model.layers.";
+    if (strncmp(name, prefix, strlen(prefix)) != 0) return false;
+    const char *p = name + strlen(prefix);
+    long i = 0;
+    int digits = 0;
+    for (; *p >= '0' && *p <= '9' && digits < 9; p++, digits++) i = i * 10 + (*p - '0');
+    return digits > 0 && *p == '.' && i >= L;
+}
+
+static bool skipped(const sd_config *cfg, const char *name) {
+    if (cfg->tie_word_embeddings && strcmp(name, "lm_head.weight") == 0) return true; // the embedding is the head
+    return beyond_last_layer(name, cfg->num_hidden_layers);
+}
+
+sd_code sd_weights_load(const sd_config *cfg, const sd_checkpoint *c, sd_weights *w, sd_status *st) {
     sd_code rc = sd_weights_plan(cfg, w, st);
     if (rc) { sd_weights_free(w); return rc; }
     sd_weight_spec *specs = w->specs;
     const int n = w->n_specs;
+    bool *used = calloc((size_t)(c->n ? c->n : 1), sizeof *used);
+    if (!used) { sd_weights_free(w); return sd_fail(st, SD_ERR_SYS, "out of memory for the tensor table"); }
     char want[64], got[64];
     for (int i = 0; i < n && !rc; i++) {
         sd_weight_spec *s = &specs[i];
-        const sd_st_tensor *t = sd_st_find(f, s->name);
-        if (!t) { rc = sd_fail(st, SD_ERR_DATA, "%s: missing tensor '%s'", path, s->name); break; }
+        int at = sd_ckpt_find_index(c, s->name);
+        if (at < 0) { rc = sd_fail(st, SD_ERR_DATA, "%s: missing tensor '%s'", sd_ckpt_path(c), s->name); break; }
+        used[at] = true;
+        const sd_st_tensor *t = c->entries[at].tensor;
+        const char *path = c->shards[c->entries[at].shard].path;
         if (t->dtype != SD_DT_F32 && t->dtype != SD_DT_BF16 && t->dtype != SD_DT_F16) {
             rc = sd_fail(st, SD_ERR_DATA, "%s: tensor '%s': dtype %s is not F32, BF16 or F16", path, s->name, sd_dtype_name(t->dtype));
             break;
@@ -212,19 +242,20 @@ sd_code sd_weights_load(const sd_config *cfg, const sd_st_file *f, const char *p
         }
         s->dtype = (s->keep_dtype && t->dtype == SD_DT_BF16) ? SD_DT_BF16 : SD_DT_F32;
     }
-    // Every tensor in the file must be one the config requires: a stray name is usually a
-    // config that does not describe this file (wrong layer count, tied head, expert count).
-    // All n required names were found and names are unique, so only a larger file has strays.
-    for (int i = 0; i < f->n && !rc && f->n > n; i++) {
-        bool known = false;
-        for (int j = 0; j < n && !known; j++) known = strcmp(specs[j].name, f->tensors[i].name) == 0;
-        if (!known) rc = sd_fail(st, SD_ERR_DATA, "%s: tensor '%s' is not part of this config's model", path, f->tensors[i].name);
+    // Every other tensor must be one the published checkpoints carry unused (skipped()): a stray
+    // name is usually a config that does not describe this file (tied head, expert count).
+    for (int i = 0; i < c->n && !rc; i++) {
+        const char *name = c->entries[i].tensor->name;
+        if (!used[i] && !skipped(cfg, name))
+            rc = sd_fail(st, SD_ERR_DATA, "%s: tensor '%s' is not part of this config's model",
+                         c->shards[c->entries[i].shard].path, name);
     }
+    free(used);
     if (!rc) rc = sd_weights_alloc(w, st);
     if (!rc)
         for (int i = 0; i < n; i++) {
             const sd_weight_spec *s = &specs[i];
-            convert_to(sd_st_find(f, s->name), s->dtype, s->keep_dtype ? (void *)s->mat->data : (void *)*s->vec);
+            convert_to(sd_ckpt_find(c, s->name, NULL), s->dtype, s->keep_dtype ? (void *)s->mat->data : (void *)*s->vec);
         }
     if (rc) sd_weights_free(w);
     return rc;

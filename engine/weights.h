@@ -5,7 +5,7 @@
 #include <stdbool.h>
 #include "config.h"      // sd_config
 #include "tensor.h"      // sd_mat
-#include "safetensors.h" // sd_st_file
+#include "checkpoint.h"  // sd_checkpoint
 
 typedef struct {
     sd_mat q, k, v;            // (P, D) each, P = Hk·d
@@ -102,9 +102,12 @@ static inline const void *sd_weight_data(const sd_weight_spec *s) {
     return s->keep_dtype ? s->mat->data : (const void *)*s->vec;
 }
 
-// Load from an opened safetensors file: every required tensor present with its shape (the
-// alternatives MODEL.md allows accepted), no tensor the config does not require, dtypes
-// F32/BF16/F16; each fault named. Matrices keep BF16 when the file has BF16 (F16 → F32).
-sd_code sd_weights_load(const sd_config *cfg, const sd_st_file *f, const char *path, sd_weights *w, sd_status *st);
+// Load from an opened checkpoint: every required tensor present with its shape (the
+// alternatives MODEL.md allows accepted), dtypes F32/BF16/F16; each fault named with the file
+// that holds it. Tensors the published checkpoints carry that this model does not use are
+// skipped: layers at or beyond num_hidden_layers (multi-token prediction) and lm_head.weight
+// beside tie_word_embeddings; any other tensor the config does not require is an error.
+// Matrices keep BF16 when the file has BF16 (F16 → F32).
+sd_code sd_weights_load(const sd_config *cfg, const sd_checkpoint *c, sd_weights *w, sd_status *st);
 
 void sd_weights_free(sd_weights *w);

@@ -13,8 +13,8 @@ static inline const char *src_dir(void) {
     return d ? d : SPECDEC_SOURCE_DIR;
 }
 
-// A path under the source tree ("configs/tiny.json") or the shared folder beside it
-// ("../shared/golden/..."); static buffer rotation of 4.
+// A path under the source tree ("configs/tiny.json", "tests/golden-hf/..."); static buffer
+// rotation of 4.
 static inline const char *src_path(const char *rel) {
     static char buf[4][4096];
     static int i;

@@ -255,7 +255,19 @@ static const corrupt_case CORRUPT[] = {
     {"trailing garbage", "{} x", HLEN_TEXT, 0, 0, "header is not valid JSON"},
     {"header not an object", "[1, 2]", HLEN_TEXT, 0, 0, "header is not a JSON object"},
     {"entry not an object", "{\"w\": 3}", HLEN_TEXT, 0, 0, "tensor 'w': entry is not an object"},
-    {"unknown dtype", "{" E("w", "U8", "[8]", 0, 8) "}", HLEN_TEXT, 8, 0, "unknown dtype 'U8'"},
+    {"unknown dtype", "{" E("w", "Q4_K", "[8]", 0, 8) "}", HLEN_TEXT, 8, 0, "tensor 'w': unknown dtype 'Q4_K'"},
+    {"unsupported dtype U8", "{" E("w", "U8", "[8]", 0, 8) "}", HLEN_TEXT, 8, 0, "dtype U8 of tensor 'w' is not supported"},
+    {"unsupported dtype F8_E4M3", "{" E("w", "F8_E4M3", "[8]", 0, 8) "}", HLEN_TEXT, 8, 0,
+     "dtype F8_E4M3 of tensor 'w' is not supported"},
+    {"unsupported dtype BOOL", "{" E("w", "BOOL", "[8]", 0, 8) "}", HLEN_TEXT, 8, 0, "dtype BOOL of tensor 'w' is not supported"},
+    {"bytes after the last tensor", ONE_F32, HLEN_TEXT, 12, 0, "file not fully covered"},
+    {"no tensors, some data", "{}", HLEN_TEXT, 4, 0, "file not fully covered"},
+    {"gap before the first tensor", "{" E("w", "F32", "[2]", 4, 12) "}", HLEN_TEXT, 12, 0, "(a gap)"},
+    {"gap between tensors", "{" E("a", "F32", "[1]", 0, 4) "," E("b", "F32", "[1]", 8, 12) "}", HLEN_TEXT, 12, 0,
+     "tensor 'b' starts at byte 8 of the data section, 4 bytes after"},
+    {"escaped NUL in a name", "{" E("a\\u0000b", "F32", "[2]", 0, 8) "}", HLEN_TEXT, 8, 0, "holds a NUL (\\u0000)"},
+    {"escaped NUL in a dtype", "{" E("w", "F32\\u0000x", "[2]", 0, 8) "}", HLEN_TEXT, 8, 0, "holds a NUL (\\u0000)"},
+    {"raw control byte in a name", "{" E("a\tb", "F32", "[2]", 0, 8) "}", HLEN_TEXT, 8, 0, "control byte 0x09"},
     {"offsets out of range", "{" E("w", "F32", "[4]", 0, 16) "}", HLEN_TEXT, 8, 0, "beyond the data section"},
     {"begin > end", "{" E("w", "F32", "[2]", 8, 0) "}", HLEN_TEXT, 8, 0, "begin 8 > end 0"},
     {"offsets not integers", "{" E("w", "F32", "[2]", 0.5, 8) "}", HLEN_TEXT, 8, 0, "data_offsets is not two"},
@@ -291,6 +303,50 @@ ParameterizedTest(int *i, safetensors, corrupt) {
     cr_assert(strstr(st.msg, c->expect), "%s: message '%s' lacks '%s'", c->label, st.msg, c->expect);
     cr_assert(strstr(st.msg, path), "%s: message '%s' lacks the path", c->label, st.msg);
     cr_assert(f.map == NULL && f.tensors == NULL && f.n == 0, "%s: not left closed", c->label);
+    sd_st_close(&f);
+}
+
+// A header listing more tensors than SD_ST_MAX_TENSORS is refused by the pass that counts them,
+// before cJSON builds a tree of them (the timeout catches a parse of all of them).
+Test(safetensors, huge_tensor_count_refused_before_parsing, .timeout = 10) {
+    const size_t n = SD_ST_MAX_TENSORS + 1000;
+    size_t cap = n * 64 + 16, len = 0;
+    char *hdr = malloc(cap);
+    hdr[len++] = '{';
+    for (size_t i = 0; i < n; i++)
+        len += (size_t)snprintf(hdr + len, cap - len, "%s\"t%zu\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}",
+                                i ? "," : "", i);
+    hdr[len++] = '}';
+    hdr[len] = '\0';
+    char path[256];
+    tmp_path(path, "many.safetensors");
+    write_raw(path, len, hdr, 0, 0);
+    free(hdr);
+    sd_st_file f;
+    sd_status st = {0};
+    cr_assert_eq(sd_st_open(path, &f, &st), SD_ERR_DATA, "%s", st.msg);
+    cr_assert(strstr(st.msg, "more than the limit of 262144"), "%s", st.msg);
+}
+
+// Names are exact: a name that is a prefix of another finds only itself.
+Test(safetensors, names_compare_whole) {
+    static const float v[2] = {1, 2};
+    const sd_st_tensor t[2] = {
+        {.name = "ab", .dtype = SD_DT_F32, .ndim = 1, .shape = {1}, .data = v, .nbytes = 4},
+        {.name = "a", .dtype = SD_DT_F32, .ndim = 1, .shape = {1}, .data = v + 1, .nbytes = 4},
+    };
+    char path[256];
+    tmp_path(path, "names.safetensors");
+    sd_status st = {0};
+    cr_assert_eq(sd_st_write(path, t, 2, &st), SD_OK, "%s", st.msg);
+    sd_st_file f;
+    cr_assert_eq(sd_st_open(path, &f, &st), SD_OK, "%s", st.msg);
+    const sd_st_tensor *a = sd_st_find(&f, "a"), *ab = sd_st_find(&f, "ab");
+    cr_assert(a && ab && a != ab);
+    float got;
+    memcpy(&got, a->data, 4);
+    cr_assert_eq(got, 2.0f);
+    cr_assert_null(sd_st_find(&f, "abc"));
     sd_st_close(&f);
 }
 

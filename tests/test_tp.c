@@ -178,7 +178,7 @@ Test(tp_spec, spec_equals_greedy_under_3_ranks_for_k_1_to_8) {
     static pair p;
     static gen_job job;
     sd_tp_group g;
-    spec_setup(&p, &g, &job, 12);
+    spec_setup(&p, &g, &job, 17);
     int want[N_NEW], got[N_NEW];
     tp_generate(&g, &job, want);
     // Greedy decode's argmaxes come from the ranks' local ones combined; they must be the
@@ -301,7 +301,7 @@ Test(tp_shard, a_shard_is_a_model_its_config_replans) {
             if (s.w.specs[i].keep_dtype) cr_assert_eq(s.w.specs[i].dtype, SD_DT_BF16, "%s keeps the model's dtype", s.w.specs[i].name);
         }
         sd_weights_free(&again);
-        cr_assert_eq(sd_model_save(&s, "/nonexistent/shard", &st), SD_ERR_USAGE, "a shard saved as a model");
+        cr_assert_eq(sd_model_save(&s, "/nonexistent/shard", NULL, &st), SD_ERR_USAGE, "a shard saved as a model");
         const sd_tp_share *sh = &p.rank[r];
         cr_assert_eq(s.cfg.kda_num_heads, sh->kda_heads.count);
         cr_assert_eq(s.cfg.num_attention_heads, sh->mla_heads.count);

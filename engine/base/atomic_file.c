@@ -42,8 +42,8 @@ static void fsync_dir(const char *path) {
     free(dir);
 }
 
-sd_code sd_atomic_commit(sd_atomic_file *a, sd_status *st) {
-    if (!a->f) return sd_fail(st, SD_ERR_USAGE, "atomic file: commit without open");
+sd_code sd_atomic_finish(sd_atomic_file *a, sd_status *st) {
+    if (!a->f) return sd_fail(st, SD_ERR_USAGE, "atomic file: finish without open");
     const char *step = NULL;
     int err = 0;
     if (fflush(a->f) != 0 || ferror(a->f)) step = "write";
@@ -51,10 +51,21 @@ sd_code sd_atomic_commit(sd_atomic_file *a, sd_status *st) {
     if (step) err = errno;
     if (fclose(a->f) != 0 && !step) { step = "close"; err = errno; }
     a->f = NULL;
-    if (!step && rename(a->tmp, a->path) != 0) { step = "rename"; err = errno; }
     if (step) {
         unlink(a->tmp);
         sd_fail(st, SD_ERR_SYS, "%s: %s: %s", a->path, step, strerror(err ? err : EIO));
+        release(a);
+        return SD_ERR_SYS;
+    }
+    return SD_OK;
+}
+
+sd_code sd_atomic_publish(sd_atomic_file *a, sd_status *st) {
+    if (a->f || !a->tmp) return sd_fail(st, SD_ERR_USAGE, "atomic file: publish before finish");
+    if (rename(a->tmp, a->path) != 0) {
+        int err = errno;
+        unlink(a->tmp);
+        sd_fail(st, SD_ERR_SYS, "%s: rename: %s", a->path, strerror(err));
         release(a);
         return SD_ERR_SYS;
     }
@@ -63,9 +74,14 @@ sd_code sd_atomic_commit(sd_atomic_file *a, sd_status *st) {
     return SD_OK;
 }
 
+sd_code sd_atomic_commit(sd_atomic_file *a, sd_status *st) {
+    if (!a->f) return sd_fail(st, SD_ERR_USAGE, "atomic file: commit without open");
+    SD_TRY(sd_atomic_finish(a, st));
+    return sd_atomic_publish(a, st);
+}
+
 void sd_atomic_abort(sd_atomic_file *a) {
-    if (!a->f) { release(a); return; }
-    fclose(a->f);
-    unlink(a->tmp);
+    if (a->f) fclose(a->f);
+    if (a->tmp) unlink(a->tmp); // open or finished: the temporary exists
     release(a);
 }

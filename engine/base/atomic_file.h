@@ -17,3 +17,10 @@ sd_code sd_atomic_open(sd_atomic_file *a, const char *path, sd_status *st);
 sd_code sd_atomic_commit(sd_atomic_file *a, sd_status *st);
 // Closes and removes the temporary (after a failed write; a no-op on a zeroed or committed a).
 void sd_atomic_abort(sd_atomic_file *a);
+
+// Commit in two steps, for a set of files that appear together (a sharded checkpoint): finish
+// every file (flush, fsync, close; the temporary stays), then publish each (rename, fsync the
+// folder). After a failed finish or publish the temporary is gone; sd_atomic_abort removes the
+// temporary of a finished, unpublished file.
+sd_code sd_atomic_finish(sd_atomic_file *a, sd_status *st);
+sd_code sd_atomic_publish(sd_atomic_file *a, sd_status *st);

@@ -322,6 +322,48 @@ static bool write_eos_token_id(cJSON *root, const sd_config *c) {
     return v && cJSON_AddItemToObject(root, "eos_token_id", v);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Keys of the published Kimi Linear configs (and their modeling code) that change the function
+// and that specdec does not implement. Each is refused, naming the key, unless it holds the
+// value under which the function is MODEL.md's: read and ignored, it would compute another
+// model. Keys that only describe the run (use_cache, num_nextn_predict_layers: its layers'
+// tensors are skipped at load) are not listed.
+
+// The key (dotted: inside linear_attn_config), or NULL when absent or null; twice is refused.
+static sd_code find_optional(const reader *r, const char *key, const cJSON **out) {
+    const key_spec k = {key, KEY_NULL, 0, true, 0, 0, NULL, 0};
+    return find(r, &k, out);
+}
+
+static sd_code check_unimplemented(const reader *r, const sd_config *c) {
+    const cJSON *v;
+    char got[64];
+    SD_TRY(find_optional(r, "moe_layer_freq", &v));
+    if (v && !(cJSON_IsNumber(v) && v->valuedouble == 1))
+        return bad(r, "moe_layer_freq", "must be 1 (every layer from first_k_dense_replace on is MoE; specdec "
+                   "implements no other spacing), got %s", show(v, got));
+    SD_TRY(find_optional(r, "rope_scaling", &v));
+    if (v) return bad(r, "rope_scaling", "must be null (specdec implements no RoPE scaling), got %s", show(v, got));
+    SD_TRY(find_optional(r, "use_grouped_topk", &v));
+    if (v && !cJSON_IsBool(v)) return bad(r, "use_grouped_topk", "must be true or false, got %s", show(v, got));
+    if (v && cJSON_IsFalse(v) && c->num_expert_group > 1)
+        return bad(r, "use_grouped_topk", "must be true when num_expert_group > 1 (%d): specdec implements grouped "
+                   "routing only, got false", c->num_expert_group);
+    SD_TRY(find_optional(r, "mla_use_output_gate", &v));
+    if (v && !cJSON_IsFalse(v))
+        return bad(r, "mla_use_output_gate", "must be false or absent (specdec implements no MLA output gate), got %s",
+                   show(v, got));
+    SD_TRY(find_optional(r, LINEAR_PREFIX "gate_lower_bound", &v));
+    if (v)
+        return bad(r, LINEAR_PREFIX "gate_lower_bound", "must be null or absent (specdec implements the unbounded "
+                   "softplus decay gate of MODEL.md), got %s", show(v, got));
+    SD_TRY(find_optional(r, LINEAR_PREFIX "use_full_rank_gate", &v));
+    if (v && !cJSON_IsFalse(v))
+        return bad(r, LINEAR_PREFIX "use_full_rank_gate", "must be false or absent (specdec implements the low-rank "
+                   "f_a/f_b and g_a/g_b gates), got %s", show(v, got));
+    return SD_OK;
+}
+
 static sd_code parse_document(const reader *r_in, const char *json, sd_config *cfg) {
     reader r = *r_in;
     sd_code rc;
@@ -344,6 +386,7 @@ static sd_code parse_document(const reader *r_in, const char *json, sd_config *c
     for (size_t i = 0; i < N_CONFIG_KEYS; i++)
         if ((rc = read_key(&r, &config_keys[i], cfg))) goto done;
     rc = check_rules(&r, cfg);
+    if (!rc) rc = check_unimplemented(&r, cfg);
     if (!rc) rc = read_eos_token_id(&r, cfg);
 done:
     cJSON_Delete(doc);

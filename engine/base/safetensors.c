@@ -1,5 +1,5 @@
 // safetensors.c — reader (mmap, header parsed with cJSON, every field validated before use) and
-// atomic writer (temporary file in the same folder, fsync, rename).
+// writer (to a stream; to a path through atomic_file.h: temporary, fsync, rename).
 //
 // Alignment: a tensor's bytes start at map + 8 + N + begin. The format puts no alignment rule on
 // the header length N or on begin (our writer pads N to a multiple of 8, other writers may not),
@@ -9,6 +9,7 @@
 // The mapping is read-only and private: a file truncated by another process while it is mapped
 // raises SIGBUS on access, which no validation at open time can rule out.
 #include "safetensors.h"
+#include "atomic_file.h" // sd_atomic_open, sd_atomic_commit, sd_atomic_abort
 #include <cjson/cJSON.h> // cJSON_ParseWithLengthOpts, cJSON_PrintUnformatted
 #include <errno.h>
 #include <fcntl.h>
@@ -34,6 +35,16 @@ static bool dtype_parse(const char *s, sd_dtype *out) {
             return true;
         }
     }
+    return false;
+}
+
+// The dtypes of the format (the reference library's list) that specdec does not read: a file
+// holding one is valid safetensors, so it is named as unsupported, not as unknown.
+static bool dtype_unsupported(const char *s) {
+    static const char *const names[] = {"BOOL", "U8",  "I8",  "F8_E5M2", "F8_E4M3", "F8_E8M0", "I16",     "U16",
+                                        "U32",  "U64", "C64", "F4",      "F6_E2M3", "F6_E3M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strcmp(s, names[i]) == 0) return true;
     return false;
 }
 
@@ -225,6 +236,9 @@ static sd_code parse_entry(const char *path, const cJSON *e, const char *data, s
     const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
     if (!cJSON_IsString(dt))
         return sd_fail(st, SD_ERR_DATA, "%s: tensor '%s': dtype is missing or not a string", path, t->name);
+    if (!dtype_parse(dt->valuestring, &t->dtype) && dtype_unsupported(dt->valuestring))
+        return sd_fail(st, SD_ERR_DATA, "%s: dtype %s of tensor '%s' is not supported (specdec reads F32, BF16, "
+                       "F16, F64, I32, I64)", path, dt->valuestring, t->name);
     if (!dtype_parse(dt->valuestring, &t->dtype))
         return sd_fail(st, SD_ERR_DATA, "%s: tensor '%s': unknown dtype '%s'", path, t->name, dt->valuestring);
     sd_code code = parse_shape(path, cJSON_GetObjectItemCaseSensitive(e, "shape"), t, st);
@@ -246,8 +260,9 @@ static sd_code parse_entry(const char *path, const cJSON *e, const char *data, s
 
 static bool is_metadata(const cJSON *e) { return strcmp(e->string, METADATA_KEY) == 0; }
 
-// Build f->tensors (in header order) from the header object. One block holds the tensor array
-// followed by the names it points into, so sd_st_close frees it with one call.
+// Build f->tensors (in header order) from the header object. The entries are counted first and
+// one block, allocated once, holds the tensor array followed by the names it points into (so
+// the table never grows, and sd_st_close frees it with one call).
 static sd_code parse_tensors(const char *path, const cJSON *root, const char *data, size_t data_size,
                              sd_st_file *f, sd_status *st) {
     int n = 0, n_meta = 0;
@@ -264,6 +279,8 @@ static sd_code parse_tensors(const char *path, const cJSON *root, const char *da
         name_bytes += strlen(e->string) + 1;
     }
     if (n == 0) return SD_OK;
+    if ((unsigned)n > SD_ST_MAX_TENSORS)
+        return sd_fail(st, SD_ERR_DATA, "%s: header lists %d tensors, more than the limit of %u", path, n, SD_ST_MAX_TENSORS);
     f->tensors = calloc(1, (size_t)n * sizeof *f->tensors + name_bytes);
     if (!f->tensors) return sd_fail(st, SD_ERR_SYS, "%s: out of memory for %d tensors", path, n);
     char *names = (char *)(f->tensors + n);
@@ -291,15 +308,74 @@ static int cmp_offset(const void *a, const void *b) {
     return strcmp(x->name, y->name);
 }
 
-// Sorted by begin, two ranges overlap somewhere only if some neighbouring pair does.
-static sd_code sort_and_check_overlap(const char *path, sd_st_file *f, sd_status *st) {
-    if (f->n < 2) return SD_OK;
-    qsort(f->tensors, (size_t)f->n, sizeof *f->tensors, cmp_offset);
-    for (int i = 1; i < f->n; i++) {
-        const sd_st_tensor *prev = &f->tensors[i - 1], *cur = &f->tensors[i];
-        if ((const char *)prev->data + prev->nbytes > (const char *)cur->data)
-            return sd_fail(st, SD_ERR_DATA, "%s: tensors '%s' and '%s' overlap", path, prev->name, cur->name);
+// The reference library's rule: sorted by begin, the tensors tile the data section — the
+// first starts at 0, each starts where the one before it ends, the last ends at the end of the
+// file. A gap, an overlap or bytes after the last tensor are refused.
+static sd_code sort_and_check_tiling(const char *path, sd_st_file *f, const char *data, size_t data_size,
+                                     sd_status *st) {
+    if (f->n > 1) qsort(f->tensors, (size_t)f->n, sizeof *f->tensors, cmp_offset);
+    const char *at = data;
+    for (int i = 0; i < f->n; i++) {
+        const sd_st_tensor *cur = &f->tensors[i];
+        const char *start = cur->data;
+        if (start < at)
+            return sd_fail(st, SD_ERR_DATA, "%s: tensors '%s' and '%s' overlap", path, f->tensors[i - 1].name, cur->name);
+        if (start > at)
+            return sd_fail(st, SD_ERR_DATA, "%s: tensor '%s' starts at byte %zu of the data section, %zu bytes after "
+                           "the end of the tensor before it (a gap)", path, cur->name, (size_t)(start - data),
+                           (size_t)(start - at));
+        at = start + cur->nbytes;
     }
+    size_t covered = (size_t)(at - data);
+    if (covered != data_size)
+        return sd_fail(st, SD_ERR_DATA, "%s: file not fully covered: the tensors end at byte %zu of the data section, "
+                       "%zu bytes before the end of the file", path, covered, data_size - covered);
+    return SD_OK;
+}
+
+// One pass over the header text before any parse allocates: counts the top-level members
+// (tensors and __metadata__: one ':' each at depth 1) and refuses a string holding a NUL —
+// raw or as the escape \u0000 — or any other raw control byte (JSON allows none). cJSON's keys
+// are C strings, so a name "a\u0000b" would otherwise be read as "a"; after this pass every
+// name's length is its strlen and strcmp compares names exactly.
+static sd_code prescan_header(const char *path, const char *hdr, size_t len, size_t *members, sd_status *st) {
+    size_t n = 0;
+    int depth = 0;
+    bool in_str = false;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)hdr[i];
+        if (in_str) {
+            if (c < 0x20)
+                return sd_fail(st, SD_ERR_DATA, "%s: header string holds the control byte 0x%02x at byte %zu", path, c, i);
+            if (c == '\\' && i + 1 < len) {
+                if (hdr[i + 1] == 'u' && i + 5 < len && memcmp(hdr + i + 2, "0000", 4) == 0)
+                    return sd_fail(st, SD_ERR_DATA, "%s: header string holds a NUL (\\u0000) at byte %zu", path, i);
+                i++; // the escaped character cannot end the string
+            } else if (c == '"') {
+                in_str = false;
+            }
+            continue;
+        }
+        if (c == '"') in_str = true;
+        else if (c == '{' || c == '[') depth++;
+        else if (c == '}' || c == ']') depth--;
+        else if (c == ':' && depth == 1) n++;
+        else if (c == 0) return sd_fail(st, SD_ERR_DATA, "%s: header holds a NUL byte at byte %zu", path, i);
+    }
+    *members = n;
+    return SD_OK;
+}
+
+// The tensor count is bounded before cJSON builds its tree (several hundred bytes of nodes per
+// entry): by the header's size (an entry takes at least SD_ST_MIN_ENTRY_BYTES of text) and by
+// SD_ST_MAX_TENSORS, so a header of a million empty entries is refused without building it.
+static sd_code check_tensor_count(const char *path, size_t members, size_t hlen, sd_status *st) {
+    size_t tensors = members > 0 ? members - 1 : 0; // one member may be __metadata__
+    if (tensors > SD_ST_MAX_TENSORS)
+        return sd_fail(st, SD_ERR_DATA, "%s: header lists %zu tensors, more than the limit of %u", path, tensors,
+                       SD_ST_MAX_TENSORS);
+    if (tensors > hlen / SD_ST_MIN_ENTRY_BYTES + 1)
+        return sd_fail(st, SD_ERR_DATA, "%s: header of %zu bytes cannot hold %zu tensor entries", path, hlen, tensors);
     return SD_OK;
 }
 
@@ -313,15 +389,21 @@ static sd_code parse_file(const char *path, sd_st_file *f, sd_status *st) {
         return sd_fail(st, SD_ERR_DATA, "%s: header length %" PRIu64 " runs past the end of the file (%zu bytes)",
                        path, hlen, f->size);
     const char *hdr = (const char *)f->map + 8;
-    cJSON *root = NULL;
-    sd_code code = parse_json(path, hdr, (size_t)hlen, &root, st);
+    size_t members = 0;
+    sd_code code = prescan_header(path, hdr, (size_t)hlen, &members, st);
+    if (!code) code = check_tensor_count(path, members, (size_t)hlen, st);
     if (code) return code;
-    code = parse_tensors(path, root, hdr + hlen, f->size - 8 - (size_t)hlen, f, st);
+    cJSON *root = NULL;
+    code = parse_json(path, hdr, (size_t)hlen, &root, st);
+    if (code) return code;
+    const char *data = hdr + hlen;
+    const size_t data_size = f->size - 8 - (size_t)hlen;
+    code = parse_tensors(path, root, data, data_size, f, st);
     cJSON_Delete(root);
     if (code) return code;
     code = check_unique_names(path, f->tensors, f->n, st);
     if (code) return code;
-    return sort_and_check_overlap(path, f, st);
+    return sort_and_check_tiling(path, f, data, data_size, st);
 }
 
 // Names and dtype strings from a file may hold control bytes; the message stays one line.
@@ -431,69 +513,54 @@ static sd_code build_header(const char *path, const sd_st_tensor *t, int n, char
     return SD_OK;
 }
 
-static bool write_all(int fd, const void *buf, size_t n) {
-    const char *p = buf;
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            if (w == 0) errno = EIO;
-            return false;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return true;
-}
+#define WRITE_CHUNK_BYTES ((size_t)64 << 20) // progress is reported at least this often
 
-static bool write_body(int fd, const char *hdr, size_t hlen, const sd_st_tensor *t, int n) {
+static bool write_body(FILE *f, const char *hdr, size_t hlen, const sd_st_tensor *t, int n, sd_st_progress *p) {
     unsigned char len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
-    if (!write_all(fd, len8, sizeof len8) || !write_all(fd, hdr, hlen)) return false;
-    for (int i = 0; i < n; i++)
-        if (!write_all(fd, t[i].data, t[i].nbytes)) return false;
+    if (fwrite(len8, 1, sizeof len8, f) != sizeof len8 || fwrite(hdr, 1, hlen, f) != hlen) return false;
+    for (int i = 0; i < n; i++) {
+        const char *data = t[i].data;
+        for (size_t off = 0; off < t[i].nbytes; off += WRITE_CHUNK_BYTES) {
+            size_t len = t[i].nbytes - off < WRITE_CHUNK_BYTES ? t[i].nbytes - off : WRITE_CHUNK_BYTES;
+            if (fwrite(data + off, 1, len, f) != len) return false;
+            if (p && p->report) {
+                p->done += len;
+                p->report(p->ctx, p->done, p->total);
+            }
+        }
+    }
     return true;
 }
 
-// Write to `<path>.tmp.<pid>`, fsync, rename over path; the temporary is removed on any failure.
-static sd_code write_atomic(const char *path, const char *hdr, size_t hlen, const sd_st_tensor *t, int n,
-                            sd_status *st) {
-    size_t tmp_len = strlen(path) + 32;
-    char *tmp = malloc(tmp_len);
-    if (!tmp) return sd_fail(st, SD_ERR_SYS, "%s: out of memory", path);
-    snprintf(tmp, tmp_len, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        sd_code code = sd_fail(st, SD_ERR_SYS, "%s: cannot create %s: %s", path, tmp, strerror(errno));
-        free(tmp);
-        return code;
-    }
-    const char *step = NULL;
-    int err = 0;
-    if (!write_body(fd, hdr, hlen, t, n)) step = "write";
-    else if (fsync(fd) != 0) step = "fsync";
-    if (step) err = errno;
-    if (close(fd) != 0 && !step) {
-        step = "close";
-        err = errno;
-    }
-    if (!step && rename(tmp, path) != 0) {
-        step = "rename";
-        err = errno;
-    }
-    if (step) unlink(tmp);
-    free(tmp);
-    return step ? sd_fail(st, SD_ERR_SYS, "%s: %s: %s", path, step, strerror(err)) : SD_OK;
+size_t sd_st_file_bytes_bound(const sd_st_tensor *t, int n) {
+    size_t bytes = 8 + 64; // the length field, "__metadata__" and padding
+    for (int i = 0; i < n; i++) bytes += t[i].nbytes + strlen(t[i].name) + 64 + 24 * (size_t)(t[i].ndim + 2);
+    return bytes;
 }
 
-sd_code sd_st_write(const char *path, const sd_st_tensor *tensors, int n, sd_status *st) {
+sd_code sd_st_write_stream(FILE *f, const char *path, const sd_st_tensor *tensors, int n, sd_st_progress *p,
+                           sd_status *st) {
     sd_code code = check_write_input(path, tensors, n, st);
     if (code) return code;
     char *hdr = NULL;
     size_t hlen = 0;
     code = build_header(path, tensors, n, &hdr, &hlen, st);
     if (code) return code;
-    code = write_atomic(path, hdr, hlen, tensors, n, st);
+    if (!write_body(f, hdr, hlen, tensors, n, p)) code = sd_fail(st, SD_ERR_SYS, "%s: write: %s", path, strerror(errno));
     free(hdr);
     return code;
+}
+
+sd_code sd_st_write(const char *path, const sd_st_tensor *tensors, int n, sd_status *st) {
+    sd_code code = check_write_input(path, tensors, n, st); // before a temporary exists
+    if (code) return code;
+    sd_atomic_file a;
+    SD_TRY(sd_atomic_open(&a, path, st));
+    code = sd_st_write_stream(a.f, path, tensors, n, NULL, st);
+    if (code) {
+        sd_atomic_abort(&a);
+        return code;
+    }
+    return sd_atomic_commit(&a, st);
 }

@@ -1,22 +1,31 @@
 // cmd_init.c — `specdec init`: synthesise a model directory, and optionally its derived draft.
+#include <ctype.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "args.h"
 #include "commands.h"
 #include "synth.h"
 
 static const char *HELP =
     "usage: specdec init --config FILE --out DIR [--seed S] [--dtype bf16|f32]\n"
+    "                    [--shard-size BYTES] [--progress]\n"
     "                    [--draft-out DIR --draft-layers N [--tail-scale E]]\n\n"
-    "Synthesise DIR/config.json + DIR/model.safetensors from a config. The same seed writes the\n"
-    "same bytes on any machine (generator and scales: engine/synth.h, engine/synth.c).\n\n"
+    "Synthesise DIR/config.json + DIR/model.safetensors from a config, or, above --shard-size,\n"
+    "the shards model-0000N-of-0000M.safetensors + model.safetensors.index.json. The same seed\n"
+    "writes the same bytes on any machine (generator and scales: engine/synth.h, engine/synth.c).\n"
+    "Refused before writing when the disk lacks the space.\n\n"
     "  --config FILE      config.json to synthesise (e.g. configs/toy.json)\n"
     "  --out DIR          model directory to write (created if missing)\n"
     "  --seed S           generator seed (default 0)\n"
     "  --dtype bf16|f32   dtype of the matrices (default bf16; vectors and routing stay f32)\n"
+    "  --shard-size BYTES most tensor bytes per shard (default 5GB, as the hub writes); a number\n"
+    "                     with an optional suffix KB MB GB TB (powers of 1000) or KiB MiB GiB TiB\n"
+    "  --progress         bytes written on stderr even when it is not a terminal\n"
     "  --draft-out DIR    also write the derived draft: the target's first N layers with its\n"
     "                     embedding, final norm and head (a directory other than --out)\n"
     "  --draft-layers N   N for the draft (1..L)\n"
@@ -50,6 +59,45 @@ static bool canonical_path(const char *p, char *out) {
     return snprintf(out + len, PATH_MAX - len, "%s%s", len > 1 ? "/" : "", base) < (int)(PATH_MAX - len);
 }
 
+// "5GB", "500MB", "1GiB", "123": a byte count > 0 (decimal suffixes as the hub's max_shard_size).
+static bool parse_size(const char *opt, const char *s, uint64_t *out, sd_status *st) {
+    static const struct { const char *suffix; uint64_t mul; } units[] = {
+        {"", 1}, {"B", 1}, {"KB", 1000}, {"MB", 1000000}, {"GB", 1000000000}, {"TB", 1000000000000},
+        {"KiB", 1ull << 10}, {"MiB", 1ull << 20}, {"GiB", 1ull << 30}, {"TiB", 1ull << 40},
+    };
+    const char *p = s;
+    uint64_t v = 0;
+    while (isdigit((unsigned char)*p)) {
+        if (v > (UINT64_MAX - 9) / 10) break;
+        v = v * 10 + (uint64_t)(*p++ - '0');
+    }
+    for (size_t i = 0; p > s && i < sizeof units / sizeof units[0]; i++) {
+        if (strcasecmp(p, units[i].suffix) != 0) continue;
+        if (v == 0 || v > UINT64_MAX / units[i].mul) break;
+        *out = v * units[i].mul;
+        return true;
+    }
+    sd_fail(st, SD_ERR_USAGE, "%s must be a byte count > 0 with an optional suffix (KB, MB, GB, TB, KiB, MiB, GiB, TiB), "
+            "got '%s'", opt, s);
+    return false;
+}
+
+typedef struct {
+    const char *cmd, *dir;
+    bool tty;
+    uint64_t shown; // bytes at the last line printed
+} progress_ctx;
+
+// One line rewritten in place on a terminal (every 0.5%), else a line every 10% and at the end.
+static void report_progress(void *ctx, uint64_t done, uint64_t total) {
+    progress_ctx *p = ctx;
+    if (done < p->shown) p->shown = 0; // the next model
+    if (done < total && done - p->shown < total / (p->tty ? 200 : 10)) return;
+    p->shown = done;
+    fprintf(stderr, "%s%s: %s: wrote %.1f of %.1f MB%s", p->tty ? "\r" : "", p->cmd, p->dir, done / 1e6, total / 1e6,
+            p->tty && done < total ? "" : "\n");
+}
+
 int cmd_init(int argc, char **argv) {
     const char *cmd = "specdec init";
     sd_args a;
@@ -58,7 +106,8 @@ int cmd_init(int argc, char **argv) {
     const char *config = sd_args_str(&a, "--config"), *out = sd_args_str(&a, "--out");
     const char *seed_s = sd_args_str(&a, "--seed"), *dtype_s = sd_args_str(&a, "--dtype");
     const char *draft_out = sd_args_str(&a, "--draft-out"), *layers_s = sd_args_str(&a, "--draft-layers");
-    const char *tail_s = sd_args_str(&a, "--tail-scale");
+    const char *tail_s = sd_args_str(&a, "--tail-scale"), *shard_s = sd_args_str(&a, "--shard-size");
+    const bool progress = sd_args_flag(&a, "--progress");
     bool ok = sd_args_done(&a);
     sd_args_free(&a);
     if (!ok) return EXIT_USAGE;
@@ -90,6 +139,10 @@ int cmd_init(int argc, char **argv) {
     }
     if (layers_s && !sd_parse_int("--draft-layers", layers_s, 1, SD_MAX_LAYERS, &n_draft, &st)) return sd_cli_fail(cmd, &st);
     if (tail_s && !sd_parse_float("--tail-scale", tail_s, 0.0, 1e6, &tail, &st)) return sd_cli_fail(cmd, &st);
+    sd_ckpt_write_opts wo = {.shard_bytes = SD_CKPT_DEFAULT_SHARD_BYTES};
+    if (shard_s && !parse_size("--shard-size", shard_s, &wo.shard_bytes, &st)) return sd_cli_fail(cmd, &st);
+    progress_ctx pc = {.cmd = cmd, .tty = isatty(STDERR_FILENO)};
+    if (progress || pc.tty) { wo.progress = report_progress; wo.progress_ctx = &pc; }
 
     sd_config cfg, dcfg;
     if (sd_config_load(config, &cfg, &st)) return sd_cli_fail(cmd, &st);
@@ -99,12 +152,14 @@ int cmd_init(int argc, char **argv) {
     // "wrote" is said once everything is written: the target, then the draft.
     sd_model m;
     if (sd_synth_model(&m, &cfg, &o, &st)) return sd_cli_fail(cmd, &st);
-    sd_code rc = sd_model_save(&m, out, &st);
+    pc.dir = out;
+    sd_code rc = sd_model_save(&m, out, &wo, &st);
     const int n_tensors = m.w.n_specs;
     const double mb = m.w.arena_bytes / 1e6;
     sd_model_free(&m);
     if (!rc && draft_out && !(rc = sd_synth_model(&m, &dcfg, &o, &st))) {
-        rc = sd_model_save(&m, draft_out, &st);
+        pc.dir = draft_out;
+        rc = sd_model_save(&m, draft_out, &wo, &st);
         sd_model_free(&m);
     }
     if (rc) return sd_cli_fail(cmd, &st);
