@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "sizes.h" // sd_size_mul4, sd_size_add, sd_mem_fit, sd_host_memory_bytes
 
 typedef struct {
     sd_weight_spec *v;
@@ -130,11 +131,27 @@ static size_t spec_bytes(const sd_weight_spec *s) {
     return n * sd_dtype_size(s->dtype);
 }
 
+sd_code sd_weights_arena_bytes(const sd_weights *w, uint64_t *bytes, sd_status *st) {
+    sd_size total = {0};
+    for (int i = 0; i < w->n_specs; i++) {
+        const sd_weight_spec *s = &w->specs[i];
+        bool over = s->shape[0] < 0 || s->shape[1] < 0;
+        uint64_t b = sd_size_mul4((uint64_t)s->shape[0], s->ndim == 2 ? (uint64_t)s->shape[1] : 1, sd_dtype_size(s->dtype), 1, &over);
+        sd_size_add(&total, over ? UINT64_MAX : b, 64);
+    }
+    if (total.over || total.bytes > SIZE_MAX)
+        return sd_fail(st, SD_ERR_DATA, "the weights' byte count overflows (%d tensors)", w->n_specs);
+    *bytes = total.bytes;
+    return SD_OK;
+}
+
 sd_code sd_weights_alloc(sd_weights *w, sd_status *st) {
     sd_weight_spec *specs = w->specs;
     const int n = w->n_specs;
-    size_t total = 0;
-    for (int i = 0; i < n; i++) total += (spec_bytes(&specs[i]) + 63) & ~(size_t)63;
+    uint64_t need;
+    SD_TRY(sd_weights_arena_bytes(w, &need, st));
+    SD_TRY(sd_mem_fit(need, sd_host_memory_bytes(), "the weights", "this host", st));
+    const size_t total = (size_t)need;
     w->arena = aligned_alloc(64, total ? total : 64);
     if (!w->arena) return sd_fail(st, SD_ERR_SYS, "cannot allocate %zu bytes of weights", total);
     w->arena_bytes = total;

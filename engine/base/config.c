@@ -107,6 +107,8 @@ static sd_code bad(const reader *r, const char *key, const char *fmt, ...) {
 
 // A JSON value as one short line (cJSON escapes newlines inside strings).
 static const char *show(const cJSON *item, char buf[static 64]) {
+    if (cJSON_IsNumber(item) && !isfinite(item->valuedouble)) // cJSON would print null
+        return isnan(item->valuedouble) ? "nan" : item->valuedouble > 0 ? "inf (a number beyond double range)" : "-inf";
     char *text = cJSON_PrintUnformatted(item);
     if (!text) return "(unprintable)";
     size_t n = strlen(text);
@@ -174,7 +176,10 @@ static sd_code read_key(reader *r, const key_spec *k, sd_config *cfg) {
     }
     case KEY_DOUBLE:
         if (!item) { *(double *)field = k->fallback; return SD_OK; }
-        if (!cJSON_IsNumber(item)) return bad(r, k->key, "must be a number, got %s", show(item, got));
+        // 1e999 parses to infinity: refused here, so no infinite value reaches the model (or a
+        // config that `init` writes and specdec then refuses).
+        if (!cJSON_IsNumber(item) || !isfinite(item->valuedouble))
+            return bad(r, k->key, "must be a finite number, got %s", show(item, got));
         *(double *)field = item->valuedouble;
         return SD_OK;
     case KEY_BOOL:
@@ -277,7 +282,7 @@ static sd_code check_rules(const reader *r, sd_config *cfg) {
             return bad(r, "num_experts_per_token", "must be <= topk_group * experts per group (%d * %d = %d), got %d",
                        c->topk_group, E / G, reachable, K);
     }
-    return SD_OK;
+    return sd_config_check_sizes(c, r->name, r->st);
 }
 
 // Line and column (1-based) of byte `at` in `text`, for JSON syntax errors.
