@@ -3,6 +3,7 @@
 // and store each scalar, the writer walks it to print them, so the two cannot disagree on a key.
 // Rules that tie keys together (layer lists, routing groups, conditional RoPE) follow the walk.
 #include "config.h" // sd_config, sd_config_parse, sd_config_load, sd_config_to_json
+#include "file_open.h" // sd_fopen_regular
 
 #include <cjson/cJSON.h> // cJSON_ParseWithOpts, cJSON_Print, cJSON_CreateRaw
 #include <errno.h>
@@ -367,8 +368,8 @@ sd_code sd_config_parse(const char *json, const char *name, sd_config *cfg, sd_s
 
 sd_code sd_config_load(const char *path, sd_config *cfg, sd_status *st) {
     memset(cfg, 0, sizeof *cfg);
-    FILE *f = fopen(path, "rb");
-    if (!f) return sd_fail(st, SD_ERR_SYS, "%s: cannot open: %s", path, strerror(errno));
+    FILE *f = sd_fopen_regular(path, st); // a FIFO must not block, a directory is no config
+    if (!f) return st ? st->code : SD_ERR_SYS;
     size_t cap = 4096, len = 0;
     char *text = malloc(cap);
     sd_code rc = SD_OK;

@@ -79,7 +79,7 @@ sd_code sd_config_weight_bytes(const sd_config *c, uint64_t *bytes, const char *
 }
 
 int64_t sd_config_tensor_count(const sd_config *c) {
-    int64_t n = 3 + (c->tie_word_embeddings ? 0 : 1);
+    int64_t n = 2 + (c->tie_word_embeddings ? 0 : 1); // embedding, final norm, head
     for (int i = 0; i < c->num_hidden_layers && i < SD_MAX_LAYERS; i++) {
         n += 2 + (c->mixer[i] == SD_MIXER_KDA ? 15 : 5);
         n += sd_config_is_moe(c, i) ? 2 + 3 * (int64_t)c->num_experts + (c->num_shared_experts > 0 ? 3 : 0) : 3;

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "commands.h"
+#include "status.h"   // sd_escape
 #include "host_cpu.h" // sd_cli_omp_passive
 
 static const struct {
@@ -42,6 +43,7 @@ int main(int argc, char **argv) {
     }
     for (int i = 0; i < N_COMMANDS; i++)
         if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 2, argv + 2);
-    fprintf(stderr, "specdec: unknown command '%s' (see specdec --help)\n", argv[1]);
+    char shown[256];
+    fprintf(stderr, "specdec: unknown command '%s' (see specdec --help)\n", sd_escape(argv[1], shown, sizeof shown));
     return 2;
 }
