@@ -17,6 +17,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "philox.h" // sd_philox4x32_10
+#include "atomic_file.h" // sd_atomic_open, sd_atomic_check_target, sd_atomic_fsync_dir
+#include "cleanup.h"     // sd_cleanup_add, sd_cleanup_drop
 
 static uint32_t fnv1a32(const char *s) {
     uint32_t h = 2166136261u;
@@ -93,28 +95,50 @@ sd_code sd_draft_config(const sd_config *cfg, int n_layers, sd_config *out, sd_s
     return SD_OK;
 }
 
-// Write a whole buffer to a temporary name beside path, then rename it over path.
-static sd_code write_atomic(const char *path, const char *text, sd_status *st) {
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return sd_fail(st, SD_ERR_SYS, "%s: cannot write: %s", tmp, strerror(errno));
-    size_t len = strlen(text);
-    int ok = fwrite(text, 1, len, f) == len;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        unlink(tmp);
-        return sd_fail(st, SD_ERR_SYS, "%s: cannot write: %s", path, strerror(errno));
-    }
-    return SD_OK;
+// The folder's files, staged in <dir>.tmp.<pid> beside it (the same file system, so the renames
+// that commit them are atomic).
+static const char *const staged_files[2] = {"config.json", "model.safetensors"};
+
+static void stage_path(const sd_model_staged *sg, const char *name, char *out, size_t cap) {
+    snprintf(out, cap, "%s/%s", sg->stage, name);
 }
 
-sd_code sd_model_save(const sd_model *m, const char *dir, sd_status *st) {
-    // config.json has no words for a shard's share (cfg.shard): its files would describe another model.
-    if (m->cfg.shard.ranks)
-        return sd_fail(st, SD_ERR_USAGE, "%s: rank %d's shard is not a model one can save", dir, m->cfg.shard.rank);
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        return sd_fail(st, SD_ERR_SYS, "%s: cannot create folder: %s", dir, strerror(errno));
+static void unregister(sd_model_staged *sg) {
+    for (int i = 0; i < SD_MODEL_STAGE_SLOTS; i++) {
+        if (sg->slots[i] > 0) sd_cleanup_drop(sg->slots[i] - 1);
+        sg->slots[i] = 0;
+    }
+}
+
+void sd_model_discard(sd_model_staged *sg) {
+    if (!sg->stage[0]) return;
+    char p[SD_MODEL_PATH_MAX + 128];
+    for (int i = 0; i < 2; i++) {
+        stage_path(sg, staged_files[i], p, sizeof p);
+        unlink(p);
+    }
+    snprintf(p, sizeof p, "%s/model.safetensors.tmp.%ld", sg->stage, (long)getpid());
+    unlink(p);
+    rmdir(sg->stage);
+    unregister(sg);
+    memset(sg, 0, sizeof *sg);
+}
+
+static sd_code write_config(const sd_model *m, const char *path, sd_status *st) {
+    char *json = sd_config_to_json(&m->cfg);
+    if (!json) return sd_fail(st, SD_ERR_SYS, "out of memory");
+    sd_atomic_file af;
+    sd_code rc = sd_atomic_open(&af, path, st);
+    if (!rc && fputs(json, af.f) == EOF) {
+        sd_atomic_abort(&af);
+        rc = sd_fail(st, SD_ERR_SYS, "%s: write: %s", path, strerror(errno));
+    }
+    if (!rc) rc = sd_atomic_commit(&af, st);
+    free(json);
+    return rc;
+}
+
+static sd_code write_weights(const sd_model *m, const char *path, sd_status *st) {
     const sd_weights *w = &m->w;
     sd_st_tensor *t = calloc((size_t)w->n_specs, sizeof *t);
     if (!t) return sd_fail(st, SD_ERR_SYS, "out of memory");
@@ -126,14 +150,74 @@ sd_code sd_model_save(const sd_model *m, const char *dir, sd_status *st) {
         t[i].shape[1] = s->shape[1];
         t[i].nbytes = (size_t)sd_st_numel(&t[i]) * sd_dtype_size(s->dtype);
     }
-    char path[4096];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
     sd_code rc = sd_st_write(path, t, w->n_specs, st);
     free(t);
-    char *json = rc ? NULL : sd_config_to_json(&m->cfg);
-    if (!rc && !json) rc = sd_fail(st, SD_ERR_SYS, "out of memory");
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    if (!rc) rc = write_atomic(path, json, st);
-    free(json);
     return rc;
+}
+
+sd_code sd_model_stage(const sd_model *m, const char *dir, sd_model_staged *sg, sd_status *st) {
+    memset(sg, 0, sizeof *sg);
+    // config.json has no words for a shard's share (cfg.shard): its files would describe another model.
+    if (m->cfg.shard.ranks)
+        return sd_fail(st, SD_ERR_USAGE, "%s: rank %d's shard is not a model one can save", dir, m->cfg.shard.rank);
+    if (strlen(dir) >= SD_MODEL_PATH_MAX) return sd_fail(st, SD_ERR_USAGE, "%s: path too long", dir);
+    SD_TRY(sd_atomic_check_target(dir, 1, st)); // a folder or nothing; stale stages of dead runs go
+    struct stat sb;
+    sg->existed = stat(dir, &sb) == 0;
+    char p[SD_MODEL_PATH_MAX + 128];
+    for (int i = 0; sg->existed && i < 2; i++) { // the files it will replace must be regular files
+        snprintf(p, sizeof p, "%s/%s", dir, staged_files[i]);
+        SD_TRY(sd_atomic_check_target(p, 0, st));
+    }
+    snprintf(sg->dir, sizeof sg->dir, "%s", dir);
+    snprintf(sg->stage, sizeof sg->stage, "%s.tmp.%ld", dir, (long)getpid());
+    if (mkdir(sg->stage, 0755) != 0) {
+        sd_code rc = sd_fail(st, SD_ERR_SYS, "%s: cannot create %s: %s", dir, sg->stage, strerror(errno));
+        sg->stage[0] = '\0';
+        return rc;
+    }
+    sg->slots[0] = sd_cleanup_add(sg->stage, true) + 1;
+    for (int i = 0; i < 2; i++) {
+        stage_path(sg, staged_files[i], p, sizeof p);
+        sg->slots[1 + i] = sd_cleanup_add(p, false) + 1;
+    }
+    // sd_st_write's own temporary beside its target (safetensors.c: <path>.tmp.<pid>).
+    snprintf(p, sizeof p, "%s/model.safetensors.tmp.%ld", sg->stage, (long)getpid());
+    sg->slots[3] = sd_cleanup_add(p, false) + 1;
+
+    stage_path(sg, "model.safetensors", p, sizeof p);
+    sd_code rc = write_weights(m, p, st);
+    stage_path(sg, "config.json", p, sizeof p);
+    if (!rc) rc = write_config(m, p, st);
+    if (rc) sd_model_discard(sg);
+    else sd_atomic_fsync_dir(p);
+    return rc;
+}
+
+sd_code sd_model_commit(sd_model_staged *sg, sd_status *st) {
+    sd_code rc = SD_OK;
+    if (!sg->existed) { // the whole folder appears at once
+        if (rename(sg->stage, sg->dir) != 0) rc = sd_fail(st, SD_ERR_SYS, "%s: rename: %s", sg->dir, strerror(errno));
+        else sg->stage[0] = '\0';
+    } else { // config first: a failure between the two renames never leaves weights without a config
+        char from[SD_MODEL_PATH_MAX + 128], to[SD_MODEL_PATH_MAX + 128];
+        for (int i = 0; !rc && i < 2; i++) {
+            stage_path(sg, staged_files[i], from, sizeof from);
+            snprintf(to, sizeof to, "%s/%s", sg->dir, staged_files[i]);
+            if (rename(from, to) != 0) rc = sd_fail(st, SD_ERR_SYS, "%s: rename: %s", to, strerror(errno));
+        }
+    }
+    char probe[SD_MODEL_PATH_MAX + 128];
+    snprintf(probe, sizeof probe, "%s/config.json", sg->dir);
+    sd_atomic_fsync_dir(probe);
+    sd_atomic_fsync_dir(sg->dir);
+    sd_model_discard(sg); // what is left of the stage (nothing, after a whole-folder rename)
+    unregister(sg);
+    return rc;
+}
+
+sd_code sd_model_save(const sd_model *m, const char *dir, sd_status *st) {
+    sd_model_staged sg;
+    SD_TRY(sd_model_stage(m, dir, &sg, st));
+    return sd_model_commit(&sg, st);
 }

@@ -34,6 +34,26 @@ sd_code sd_synth_model(sd_model *m, const sd_config *cfg, const sd_synth_opts *o
 // The derived draft's config: the first n_layers of cfg (layer lists cut, dense prefix capped).
 sd_code sd_draft_config(const sd_config *cfg, int n_layers, sd_config *out, sd_status *st);
 
-// Write m as DIR/config.json + DIR/model.safetensors (DIR created if missing; each file written
-// to a temporary name and renamed).
+// Writing a model folder DIR (config.json + model.safetensors) so that a failure or a signal
+// leaves nothing behind: both files are written and fsynced in the stage <DIR>.tmp.<pid> beside
+// DIR (registered with cleanup.h, so a signal removes it; a stage of a killed run is removed by
+// the next write to DIR), then committed: a new DIR is the stage renamed (both files appear at
+// once); into an existing DIR the config is renamed first, then the weights, so weights never
+// stand without a config. DIR, if it exists, must be a folder and its two files regular files
+// (a symbolic link, FIFO or device there is refused, not replaced).
+#define SD_MODEL_PATH_MAX 4000
+#define SD_MODEL_STAGE_SLOTS 4
+typedef struct {
+    char dir[SD_MODEL_PATH_MAX];
+    char stage[SD_MODEL_PATH_MAX + 32]; // "" when nothing is staged
+    bool existed;                       // DIR existed when staged
+    int slots[SD_MODEL_STAGE_SLOTS];    // cleanup.h slots + 1 (0: none)
+} sd_model_staged;
+// Stage m for DIR; on failure nothing is left on disk.
+sd_code sd_model_stage(const sd_model *m, const char *dir, sd_model_staged *sg, sd_status *st);
+// Move a staged model into DIR (above); the stage is gone afterwards, whatever the outcome.
+sd_code sd_model_commit(sd_model_staged *sg, sd_status *st);
+// Remove a stage that will not be committed (a no-op on a committed or zeroed one).
+void sd_model_discard(sd_model_staged *sg);
+// Stage and commit.
 sd_code sd_model_save(const sd_model *m, const char *dir, sd_status *st);

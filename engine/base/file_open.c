@@ -29,7 +29,7 @@ int sd_open_regular(const char *path, sd_status *st) {
         return -1;
     }
     if (!S_ISREG(sb.st_mode)) {
-        sd_fail(st, SD_ERR_DATA, "%s: not a regular file (%s)", path, sd_file_kind(sb.st_mode));
+        sd_fail(st, SD_ERR_SYS, "%s: not a regular file (%s)", path, sd_file_kind(sb.st_mode));
         close(fd);
         return -1;
     }

@@ -7,7 +7,7 @@
 #include "status.h" // sd_status
 
 // A read-only descriptor of the regular file at path (blocking mode restored), or -1 with the
-// reason in st (SD_ERR_SYS when it cannot be opened, SD_ERR_DATA when it is not a regular file).
+// reason in st (SD_ERR_SYS: it cannot be opened, or it is not a regular file).
 int sd_open_regular(const char *path, sd_status *st);
 // The same as a stdio stream ("rb"); NULL with the reason in st.
 FILE *sd_fopen_regular(const char *path, sd_status *st);

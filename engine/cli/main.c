@@ -4,6 +4,7 @@
 #include "commands.h"
 #include "status.h"   // sd_escape
 #include "host_cpu.h" // sd_cli_omp_passive
+#include "interrupt.h" // sd_cli_cleanup_install
 
 static const struct {
     const char *name;
@@ -30,6 +31,7 @@ static void usage(FILE *out) {
 
 int main(int argc, char **argv) {
     sd_cli_omp_passive(argv);
+    sd_cli_cleanup_install(); // a signal removes the temporaries of an unfinished write
     if (argc < 2 || argv[1][0] == '-') {
         if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
             usage(stdout);
