@@ -100,7 +100,7 @@ sd_code sd_state_init_on(sd_state *s, const sd_config *cfg, int capacity, int ma
     }
     const uint64_t need = measure.used.bytes;
     if (!mem) { // a device allocator checks its own memory (e.g. engine/cuda: the device's free bytes)
-        sd_code rc = sd_mem_fit(need, sd_host_memory_bytes(), "the state", "this host", st);
+        sd_code rc = sd_mem_fit(need, sd_host_memory_bytes(), "the state's caches and scratch", "this host", st);
         if (rc) { memset(s, 0, sizeof *s); return rc; }
     }
     s->kda = calloc(cfg->num_hidden_layers, sizeof *s->kda);

@@ -11,12 +11,16 @@ typedef struct {
     sd_code err;
 } spec_list;
 
+// A failed growth leaves the list as it was and stops it: every later push is refused, so no
+// write lands past the capacity actually allocated.
 static sd_weight_spec *push(spec_list *l, int layer, const char *name, sd_weight_role role) {
+    if (l->err) return NULL;
     if (l->n == l->cap) {
-        l->cap = l->cap ? 2 * l->cap : 256;
-        sd_weight_spec *v = realloc(l->v, sizeof *v * l->cap);
-        if (!v) { l->err = SD_ERR_SYS; l->n = 0; return NULL; }
+        const int cap = l->cap ? 2 * l->cap : 256;
+        sd_weight_spec *v = realloc(l->v, sizeof *v * (size_t)cap);
+        if (!v) { l->err = SD_ERR_SYS; return NULL; }
         l->v = v;
+        l->cap = cap;
     }
     sd_weight_spec *s = &l->v[l->n++];
     memset(s, 0, sizeof *s);
@@ -86,6 +90,11 @@ static void add_mla(spec_list *l, int i, const sd_config *c, sd_mla_weights *m) 
 sd_code sd_weights_plan(const sd_config *c, sd_weights *w, sd_status *st) {
     const int D = c->hidden_size, V = c->vocab_size, L = c->num_hidden_layers, E = c->num_experts;
     memset(w, 0, sizeof *w);
+    // The table's length from the config before it grows (sd_config_parse checks this too; a
+    // shard's config is made, not parsed).
+    if (sd_config_tensor_count(c) > SD_MAX_TENSORS)
+        return sd_fail(st, SD_ERR_DATA, "key 'num_experts': the model would hold %lld tensors, more than %d (SD_MAX_TENSORS)",
+                       (long long)sd_config_tensor_count(c), SD_MAX_TENSORS);
     w->layers = calloc(L, sizeof *w->layers);
     int n_moe = L - c->first_k_dense_replace;
     w->expert_pool = n_moe > 0 ? calloc((size_t)n_moe * E, sizeof *w->expert_pool) : NULL;

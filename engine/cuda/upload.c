@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"         // SD_CUDA_CHECK
+#include "finite.h"        // sd_cuda_finite_reset
 #include "cuda_internal.h" // sd_cuda_init_allocator, sd_cuda_sync, sd_cuda_forward, sd_cuda_accept_op
 #include "cuda_model.h"    // sd_cuda_weight_source, sd_cuda_model_create
 #include "cuda_prefill.h"  // sd_cuda_prefill, sd_cuda_prefill_release
@@ -27,6 +28,8 @@ static void backend_release(sd_cuda_backend *b) {
     cudaFree(b->arena);
     cudaFree(b->experts);
     cudaFree(b->accept_ints);
+    cudaFree(b->nonfinite);
+    cudaFreeHost(b->nonfinite_host);
     cudaFreeHost(b->tokens_host);
     cudaFreeHost(b->argmax_host);
     cudaFreeHost(b->sampled_host);
@@ -122,6 +125,11 @@ static sd_code create(const sd_config *cfg, int device, const sd_cuda_weight_sou
     SD_CUDA_CHECK(st, cudaStreamSynchronize(b->stream));
     rc = upload_expert_table(dev, b, st);
     if (rc) return rc;
+    // The non-finite flag, made with the model so a captured forward finds it at a fixed address.
+    SD_CUDA_CHECK(st, cudaMalloc((void **)&b->nonfinite, sizeof(int)));
+    SD_CUDA_CHECK(st, cudaMallocHost((void **)&b->nonfinite_host, sizeof(int)));
+    *b->nonfinite_host = SD_NONFINITE_NONE;
+    SD_TRY(sd_cuda_finite_reset(b->nonfinite, b->stream, st));
 
     sd_cuda_init_allocator(b);
     b->base = (sd_backend){.name = "cuda", .mem = &b->mem, .forward = sd_cuda_forward, .prefill = sd_cuda_prefill,
