@@ -1,7 +1,6 @@
 // fuzz_input.h — what the fuzz targets share: the input as a file the loaders can open by path
 // (an anonymous memory file, so runs touch no disk), and the tiny config every model target uses.
 #pragma once
-#define _GNU_SOURCE
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
