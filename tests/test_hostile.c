@@ -106,6 +106,24 @@ ParameterizedTest(int *index, hostile, config_refused) {
     cr_expect(s < 0.5, "%s: the refusal took %.2f s", k->what, s);
 }
 
+// A key holding a NUL escape is refused, not read under its shorter name (cJSON keeps keys as C
+// strings: "rope_theta\u0000x" would be rope_theta).
+Test(hostile, nul_escape_in_config_key) {
+    char *text = read_file(src_path("configs/tiny.json"), NULL);
+    cr_assert_not_null(text);
+    char *at = strstr(text, "\"rope_theta\"");
+    cr_assert_not_null(at);
+    size_t n = strlen(text);
+    char *patched = malloc(n + 16);
+    snprintf(patched, n + 16, "%.*s\"rope_theta\\u0000x\"%s", (int)(at - text), text, at + strlen("\"rope_theta\""));
+    sd_config c;
+    sd_status st = {0};
+    cr_expect_eq(sd_config_parse(patched, "nul-key.json", &c, &st), SD_ERR_DATA, "accepted: %s", patched);
+    cr_expect(strstr(st.msg, "nul-key.json: invalid JSON: a \\u0000 (NUL) escape at byte"), "%s", st.msg);
+    free(patched);
+    free(text);
+}
+
 // Every config the reader accepts is one the writer writes back to an accepted config (the class
 // where `init` wrote a config that specdec then refused): an extreme but finite theta.
 Test(hostile, accepted_config_writes_back) {

@@ -328,9 +328,26 @@ static bool write_eos_token_id(cJSON *root, const sd_config *c) {
     return v && cJSON_AddItemToObject(root, "eos_token_id", v);
 }
 
+// The byte offset of the first \u0000 escape in JSON text, or -1. cJSON stores keys and strings
+// as C strings, so "rope_theta\u0000x" would be read as the key rope_theta: such text is refused
+// before parsing (a backslash outside strings is a syntax error anyway, so the scan needs no
+// string tracking; an escaped backslash is skipped with its pair).
+static long nul_escape_at(const char *json) {
+    for (const char *p = json; *p; p++) {
+        if (*p != '\\') continue;
+        if (p[1] == 'u' && p[2] == '0' && p[3] == '0' && p[4] == '0' && p[5] == '0') return (long)(p - json);
+        if (p[1]) p++;
+    }
+    return -1;
+}
+
 static sd_code parse_document(const reader *r_in, const char *json, sd_config *cfg) {
     reader r = *r_in;
     sd_code rc;
+    const long nul = nul_escape_at(json);
+    if (nul >= 0)
+        return sd_fail(r.st, SD_ERR_DATA, "%s: invalid JSON: a \\u0000 (NUL) escape at byte %ld: keys and strings may not "
+                       "hold NUL", r.name, nul);
     const char *end = NULL;
     cJSON *doc = cJSON_ParseWithOpts(json, &end, true); // true: nothing may follow the value
     if (!doc) {
