@@ -452,22 +452,30 @@ Test(hostile, signal_removes_temporary) {
     cr_expect(!exists(in_dir("r.jsonl")), "a partial output appeared");
 }
 
-// The CLI end to end: SIGTERM while `specdec init` writes leaves no temporary (the toy config's
-// synthesis takes long enough to be caught in the middle; a signal that arrives before or after
-// the write leaves nothing or the whole folder).
+// The CLI end to end: SIGTERM while `specdec init` runs leaves no temporary. The toy config at
+// F32 takes about a second (synthesis, then 266 MB written), so the signals at these delays land
+// before, during and after the write; each leaves nothing or the whole folder, and no temporary.
 Test(hostile, signal_during_init_leaves_no_temporary) {
     char cfg[4096];
     snprintf(cfg, sizeof cfg, "%s", src_path("configs/toy.json"));
-    const char *argv[] = {"init", "--config", cfg, "--out", in_dir("toy"), "--dtype", "f32", NULL};
-    pid_t p = spawn_cli(argv, in_dir(".o"), in_dir(".e"));
-    struct timespec nap = {0, 150 * 1000 * 1000};
-    nanosleep(&nap, NULL);
-    kill(p, SIGTERM);
-    int rc = wait_cli(p);
-    const bool whole = exists(in_dir("toy/config.json")) && exists(in_dir("toy/model.safetensors"));
-    cr_expect(rc != 0 || whole, "init exited 0 without its folder");
-    cr_expect(whole || !exists(in_dir("toy")), "a partial model folder stayed");
-    cr_expect_eq(count_tmp_files(), 0, "a temporary stayed after SIGTERM (exit %d)", rc);
+    const long delays_ms[] = {200, 500, 800, 1100};
+    for (size_t i = 0; i < sizeof delays_ms / sizeof delays_ms[0]; i++) {
+        char out[4096];
+        snprintf(out, sizeof out, "%s", in_dir(i == 0 ? "toy0" : i == 1 ? "toy1" : i == 2 ? "toy2" : "toy3"));
+        const char *argv[] = {"init", "--config", cfg, "--out", out, "--dtype", "f32", NULL};
+        pid_t p = spawn_cli(argv, in_dir(".o"), in_dir(".e"));
+        struct timespec nap = {delays_ms[i] / 1000, (delays_ms[i] % 1000) * 1000000L};
+        nanosleep(&nap, NULL);
+        kill(p, SIGTERM);
+        int rc = wait_cli(p);
+        char c[4200], w[4200];
+        snprintf(c, sizeof c, "%s/config.json", out);
+        snprintf(w, sizeof w, "%s/model.safetensors", out);
+        const bool whole = exists(c) && exists(w);
+        cr_expect(rc != 0 || whole, "%ld ms: init exited 0 without its folder", delays_ms[i]);
+        cr_expect(whole || !exists(out), "%ld ms: a partial model folder stayed", delays_ms[i]);
+        cr_expect_eq(count_tmp_files(), 0, "%ld ms: a temporary stayed after SIGTERM (exit %d)", delays_ms[i], rc);
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
