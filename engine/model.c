@@ -47,6 +47,19 @@ static void add_into(float *x, const float *y, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] += y[i];
 }
 
+bool sd_all_finite(const float *x, size_t n) {
+    float acc = 0.0f; // x - x is 0 for a finite x and NaN for a NaN or an Inf
+    for (size_t i = 0; i < n; i++) acc += x[i] - x[i];
+    return acc == 0.0f;
+}
+
+sd_code sd_nonfinite_fail(const sd_config *c, int site, sd_status *st) {
+    if (site <= 0) return sd_fail(st, SD_ERR_NONFINITE, "non-finite activations first at the embedding (the token's row)");
+    if (site >= sd_nonfinite_site_head(c)) return sd_fail(st, SD_ERR_NONFINITE, "non-finite logits (after the head)");
+    return sd_fail(st, SD_ERR_NONFINITE, "non-finite activations first at layer %d (after the %s)", (site - 1) / 2,
+                   site % 2 ? "mixer" : "ffn");
+}
+
 static void norm_rows(const float *x, const float *w, int T, int D, float eps, float *out) {
     for (int t = 0; t < T; t++) sd_rmsnorm(x + (size_t)t * D, w, D, eps, out + (size_t)t * D);
 }
@@ -77,6 +90,7 @@ static sd_code layer_forward(const sd_model *m, sd_state *s, int i, int T, const
     rc = m->comm ? sd_comm_all_reduce(m->comm, i, "mixer", x->mix, (size_t)T * D, st) : SD_OK;
     if (rc) return rc;
     add_into(x->x, x->mix, (size_t)T * D);
+    if (!sd_all_finite(x->x, (size_t)T * D)) return sd_nonfinite_fail(c, sd_nonfinite_site_mixer(i), st);
 
     TRACE_RANGE_PUSH(ly->is_moe ? "moe" : "dense_ffn");
     norm_rows(x->x, ly->post_norm, T, D, c->rms_norm_eps, x->a);
@@ -98,6 +112,7 @@ static sd_code layer_forward(const sd_model *m, sd_state *s, int i, int T, const
     if (!rc && m->comm) rc = sd_comm_all_reduce(m->comm, i, "ffn", x->mix, (size_t)T * D, st);
     if (rc) return rc;
     add_into(x->x, x->mix, (size_t)T * D);
+    if (!sd_all_finite(x->x, (size_t)T * D)) return sd_nonfinite_fail(c, sd_nonfinite_site_ffn(i), st);
     return SD_OK;
 }
 
@@ -137,6 +152,7 @@ sd_code sd_forward(const sd_model *m, sd_state *s, const int *tokens, int T, flo
 
     sd_scratch *x = &s->scratch;
     for (int t = 0; t < T; t++) sd_mat_row_f32(&m->w.embed, tokens[t], x->x + (size_t)t * D);
+    if (!sd_all_finite(x->x, (size_t)T * D)) return sd_nonfinite_fail(c, 0, st);
     for (int i = 0; i < c->num_hidden_layers; i++) {
         char name[32];
         snprintf(name, sizeof name, "layer %d", i);
@@ -157,8 +173,12 @@ sd_code sd_forward(const sd_model *m, sd_state *s, const int *tokens, int T, flo
             if (rc) return rc;
         } else {
             sd_linear(&m->w.lm_head, x->a, n, out);
-            for (int r = 0; argmax && r < n; r++) argmax[r] = sd_argmax(out + (size_t)r * V, V);
         }
+        // The head of a finite stream can still overflow (a huge lm_head row): checked before any
+        // argmax or draw reads the logits, on every rank alike (each holds the whole rows).
+        if ((logits || sampling || !m->comm) && !sd_all_finite(out, (size_t)n * V))
+            return sd_nonfinite_fail(c, sd_nonfinite_site_head(c), st);
+        for (int r = 0; !m->comm && argmax && r < n; r++) argmax[r] = sd_argmax(out + (size_t)r * V, V);
         if (sampling) sample_rows(opts, out, n, V, x->logits);
     }
     sd_state_advance(s, T);

@@ -82,6 +82,22 @@ typedef struct {
 sd_code sd_forward(const sd_model *m, sd_state *s, const int *tokens, int T, float *logits, int last_only,
                    const sd_forward_opts *opts, sd_status *st);
 
+// Non-finite activations. A forward whose activations hold a NaN or an Inf fails with
+// SD_ERR_NONFINITE and one line naming where the first one appeared, never with NaN logits and
+// SD_OK: the residual stream is checked after the embedding, after each layer's mixer and FFN
+// (their outputs added), and the logits after the head. The site of a check, as one int so a
+// device flag can keep the first one with atomicMin (engine/cuda): 0 the embedding, 1 + 2i after
+// layer i's mixer, 2 + 2i after its FFN, 1 + 2L the head; SD_NONFINITE_NONE when all is finite.
+// The failed forward leaves the state as it was (its pending positions are not advanced).
+#define SD_NONFINITE_NONE 0x7fffffff
+static inline int sd_nonfinite_site_mixer(int layer) { return 1 + 2 * layer; }
+static inline int sd_nonfinite_site_ffn(int layer) { return 2 + 2 * layer; }
+static inline int sd_nonfinite_site_head(const sd_config *c) { return 1 + 2 * c->num_hidden_layers; }
+// "non-finite activations first at layer N (after the mixer)" and the like, as SD_ERR_NONFINITE.
+sd_code sd_nonfinite_fail(const sd_config *c, int site, sd_status *st);
+// true when none of x[0..n) is a NaN or an Inf (one pass, no branch per element).
+bool sd_all_finite(const float *x, size_t n);
+
 // The checks every forward makes before it runs (sd_forward's errors above; a graph replay's too).
 sd_code sd_forward_check(const sd_model *m, const sd_state *s, const int *tokens, int T, sd_status *st);
 

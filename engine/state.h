@@ -45,6 +45,7 @@ typedef struct {
     float *logits;                      // (T, V) the head's output when the caller wants argmaxes only
     int *sel;                           // (T, K)
     float *w;                           // (T, K)
+    int *expert_rows;                   // (2, T·K) the CPU MoE's (token, slot) of each gathered row
 } sd_scratch;
 
 // Where a state's arena lives: host memory (NULL allocator) or a backend's device memory.
@@ -77,6 +78,8 @@ typedef struct sd_state {
 } sd_state;
 
 // A state for cfg holding `capacity` positions, forwards of up to max_T tokens; zeroed caches.
+// Its bytes are counted in 64 bits first: a count that overflows is SD_ERR_DATA, a host state
+// beyond the host's physical memory SD_ERR_UNSUPPORTED naming both sizes — before any allocation.
 sd_code sd_state_init(sd_state *s, const sd_config *cfg, int capacity, int max_T, sd_status *st);
 // The same layout in memory from `mem` (e.g. device memory: the pointers are the device's).
 sd_code sd_state_init_on(sd_state *s, const sd_config *cfg, int capacity, int max_T, const sd_allocator *mem,

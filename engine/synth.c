@@ -1,4 +1,4 @@
-// synth.c — deterministic synthetic weights (generator: synth.h) and model directories.
+// synth.c — deterministic synthetic weights (generator: synth.h).
 //
 // Scales (std of u·a is a/√3), chosen so activations stay O(1) through every layer and the
 // logits spread enough that temperature-1 sampling is meaningful:
@@ -91,48 +91,4 @@ sd_code sd_draft_config(const sd_config *cfg, int n_layers, sd_config *out, sd_s
     out->num_hidden_layers = n_layers;
     if (out->first_k_dense_replace > n_layers) out->first_k_dense_replace = n_layers;
     return SD_OK;
-}
-
-// Write a whole buffer to a temporary name beside path, then rename it over path.
-static sd_code write_atomic(const char *path, const char *text, sd_status *st) {
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return sd_fail(st, SD_ERR_SYS, "%s: cannot write: %s", tmp, strerror(errno));
-    size_t len = strlen(text);
-    int ok = fwrite(text, 1, len, f) == len;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        unlink(tmp);
-        return sd_fail(st, SD_ERR_SYS, "%s: cannot write: %s", path, strerror(errno));
-    }
-    return SD_OK;
-}
-
-sd_code sd_model_save(const sd_model *m, const char *dir, const sd_ckpt_write_opts *o, sd_status *st) {
-    // config.json has no words for a shard's share (cfg.shard): its files would describe another model.
-    if (m->cfg.shard.ranks)
-        return sd_fail(st, SD_ERR_USAGE, "%s: rank %d's shard is not a model one can save", dir, m->cfg.shard.rank);
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        return sd_fail(st, SD_ERR_SYS, "%s: cannot create folder: %s", dir, strerror(errno));
-    const sd_weights *w = &m->w;
-    sd_st_tensor *t = calloc((size_t)w->n_specs, sizeof *t);
-    if (!t) return sd_fail(st, SD_ERR_SYS, "out of memory");
-    for (int i = 0; i < w->n_specs; i++) {
-        const sd_weight_spec *s = &w->specs[i];
-        t[i] = (sd_st_tensor){.name = (char *)s->name, .dtype = s->dtype, .ndim = s->ndim,
-                              .data = sd_weight_data(s)};
-        t[i].shape[0] = s->shape[0];
-        t[i].shape[1] = s->shape[1];
-        t[i].nbytes = (size_t)sd_st_numel(&t[i]) * sd_dtype_size(s->dtype);
-    }
-    char path[4096];
-    sd_code rc = sd_ckpt_write(dir, t, w->n_specs, o, st);
-    free(t);
-    char *json = rc ? NULL : sd_config_to_json(&m->cfg);
-    if (!rc && !json) rc = sd_fail(st, SD_ERR_SYS, "out of memory");
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    if (!rc) rc = write_atomic(path, json, st);
-    free(json);
-    return rc;
 }

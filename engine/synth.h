@@ -8,8 +8,8 @@
 // on any machine. Keying by name makes a layer's tensors independent of the layer count, so the
 // draft's layers are exactly the target's first N.
 #pragma once
-#include "checkpoint.h" // sd_ckpt_write_opts
 #include "model.h"      // sd_model
+#include "model_save.h" // sd_model_save: writing a model folder (init, the tests)
 
 typedef struct {
     uint64_t seed;
@@ -34,8 +34,3 @@ sd_code sd_synth_model(sd_model *m, const sd_config *cfg, const sd_synth_opts *o
 
 // The derived draft's config: the first n_layers of cfg (layer lists cut, dense prefix capped).
 sd_code sd_draft_config(const sd_config *cfg, int n_layers, sd_config *out, sd_status *st);
-
-// Write m as DIR/config.json + DIR's weights (checkpoint.h: one model.safetensors, or shards of
-// at most o->shard_bytes + the index; o may be NULL for the defaults). DIR is created if
-// missing; each file is written to a temporary name and renamed.
-sd_code sd_model_save(const sd_model *m, const char *dir, const sd_ckpt_write_opts *o, sd_status *st);

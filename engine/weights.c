@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "sizes.h" // sd_size_mul4, sd_size_add, sd_mem_fit, sd_host_memory_bytes
 
 typedef struct {
     sd_weight_spec *v;
@@ -10,12 +11,16 @@ typedef struct {
     sd_code err;
 } spec_list;
 
+// A failed growth leaves the list as it was and stops it: every later push is refused, so no
+// write lands past the capacity actually allocated.
 static sd_weight_spec *push(spec_list *l, int layer, const char *name, sd_weight_role role) {
+    if (l->err) return NULL;
     if (l->n == l->cap) {
-        l->cap = l->cap ? 2 * l->cap : 256;
-        sd_weight_spec *v = realloc(l->v, sizeof *v * l->cap);
-        if (!v) { l->err = SD_ERR_SYS; l->n = 0; return NULL; }
+        const int cap = l->cap ? 2 * l->cap : 256;
+        sd_weight_spec *v = realloc(l->v, sizeof *v * (size_t)cap);
+        if (!v) { l->err = SD_ERR_SYS; return NULL; }
         l->v = v;
+        l->cap = cap;
     }
     sd_weight_spec *s = &l->v[l->n++];
     memset(s, 0, sizeof *s);
@@ -92,6 +97,11 @@ static void add_mla(spec_list *l, int i, const sd_config *c, sd_mla_weights *m) 
 sd_code sd_weights_plan(const sd_config *c, sd_weights *w, sd_status *st) {
     const int D = c->hidden_size, V = c->vocab_size, L = c->num_hidden_layers, E = c->num_experts;
     memset(w, 0, sizeof *w);
+    // The table's length from the config before it grows (sd_config_parse checks this too; a
+    // shard's config is made, not parsed).
+    if (sd_config_tensor_count(c) > SD_MAX_TENSORS)
+        return sd_fail(st, SD_ERR_DATA, "key 'num_experts': the model would hold %lld tensors, more than %d (SD_MAX_TENSORS)",
+                       (long long)sd_config_tensor_count(c), SD_MAX_TENSORS);
     w->layers = calloc(L, sizeof *w->layers);
     int n_moe = L - c->first_k_dense_replace;
     w->expert_pool = n_moe > 0 ? calloc((size_t)n_moe * E, sizeof *w->expert_pool) : NULL;
@@ -138,11 +148,27 @@ static size_t spec_bytes(const sd_weight_spec *s) {
     return n * sd_dtype_size(s->dtype);
 }
 
+sd_code sd_weights_arena_bytes(const sd_weights *w, uint64_t *bytes, sd_status *st) {
+    sd_size total = {0};
+    for (int i = 0; i < w->n_specs; i++) {
+        const sd_weight_spec *s = &w->specs[i];
+        bool over = s->shape[0] < 0 || s->shape[1] < 0;
+        uint64_t b = sd_size_mul4((uint64_t)s->shape[0], s->ndim == 2 ? (uint64_t)s->shape[1] : 1, sd_dtype_size(s->dtype), 1, &over);
+        sd_size_add(&total, over ? UINT64_MAX : b, 64);
+    }
+    if (total.over || total.bytes > SIZE_MAX)
+        return sd_fail(st, SD_ERR_DATA, "the weights' byte count overflows (%d tensors)", w->n_specs);
+    *bytes = total.bytes;
+    return SD_OK;
+}
+
 sd_code sd_weights_alloc(sd_weights *w, sd_status *st) {
     sd_weight_spec *specs = w->specs;
     const int n = w->n_specs;
-    size_t total = 0;
-    for (int i = 0; i < n; i++) total += (spec_bytes(&specs[i]) + 63) & ~(size_t)63;
+    uint64_t need;
+    SD_TRY(sd_weights_arena_bytes(w, &need, st));
+    SD_TRY(sd_mem_fit(need, sd_host_memory_bytes(), "the weights", "this host", st));
+    const size_t total = (size_t)need;
     w->arena = aligned_alloc(64, total ? total : 64);
     if (!w->arena) return sd_fail(st, SD_ERR_SYS, "cannot allocate %zu bytes of weights", total);
     w->arena_bytes = total;

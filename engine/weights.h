@@ -93,8 +93,13 @@ typedef struct sd_weight_spec {
 // the matrices' dtype), destinations pointing into w. Nothing allocated for the data yet.
 sd_code sd_weights_plan(const sd_config *cfg, sd_weights *w, sd_status *st);
 
+// The bytes of w's arena (each tensor in its spec's dtype, 64-byte aligned), checked for overflow
+// before any allocation.
+sd_code sd_weights_arena_bytes(const sd_weights *w, uint64_t *bytes, sd_status *st);
+
 // Allocate one arena for w->specs (each tensor in its spec's dtype, 64-byte aligned) and point
-// every destination into it. Contents are uninitialised.
+// every destination into it. Contents are uninitialised. Refused (naming both sizes) when the
+// arena exceeds this host's physical memory.
 sd_code sd_weights_alloc(sd_weights *w, sd_status *st);
 
 // The data of a planned, allocated tensor.

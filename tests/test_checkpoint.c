@@ -3,6 +3,7 @@
 // tensors published checkpoints carry unused are skipped; the digest covers every shard byte;
 // `specdec init --shard-size` writes shards that load.
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -80,6 +81,15 @@ Test(checkpoint, sharded_loads_to_the_single_files_logits) {
     // Saving one layout over the other leaves one model in the directory.
     cr_assert_eq(sd_model_save(&m, in_tmp("one"), &(sd_ckpt_write_opts){.shard_bytes = SMALL_SHARD}, &st), SD_OK, "%s", st.msg);
     cr_assert(!exists(in_tmp("one/model.safetensors")) && exists(in_tmp("one/" SD_CKPT_INDEX)));
+    // Back to one file: the shards of the sharded one go too, and nothing else is left.
+    cr_assert_eq(sd_model_save(&m, in_tmp("one"), NULL, &st), SD_OK, "%s", st.msg);
+    cr_assert(exists(in_tmp("one/model.safetensors")) && !exists(in_tmp("one/" SD_CKPT_INDEX)));
+    DIR *d = opendir(in_tmp("one"));
+    cr_assert_not_null(d);
+    int files = 0;
+    for (struct dirent *e; (e = readdir(d));) files += e->d_name[0] != '.';
+    closedir(d);
+    cr_assert_eq(files, 2, "config.json and model.safetensors only, %d entries", files);
     free(a);
     free(b);
     sd_model_free(&m);

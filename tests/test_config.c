@@ -260,7 +260,7 @@ static const bad_case bad_cases[] = {
     {{SET("routed_scaling_factor", "0")}, "key 'routed_scaling_factor': must be a number > 0 (float32), got 0"},
     {{SET("rope_theta", "0")}, "key 'rope_theta': must be > 0 when mla_use_nope is false, got 0"},
     {{DEL("rope_theta")}, "key 'rope_theta': is required when mla_use_nope is false"},
-    {{SET("rope_theta", "\"1e4\"")}, "key 'rope_theta': must be a number, got \"1e4\""},
+    {{SET("rope_theta", "\"1e4\"")}, "key 'rope_theta': must be a finite number, got \"1e4\""},
     // names and flags
     {{SET("hidden_act", "\"gelu\"")}, "key 'hidden_act': must be \"silu\", got \"gelu\""},
     {{SET("q_lora_rank", "8")}, "key 'q_lora_rank': must be null or absent (no query LoRA), got 8"},

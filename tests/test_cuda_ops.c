@@ -102,6 +102,9 @@ static const op_case CASES[] = {
     {.op = "sd_cuda_embed", .note = "ids in pinned memory", .run = run_embed, .shape = {300, 64, 1, 1}, .dt = SD_DT_F32, .tol = TOL_BITWISE},
     // The cursor's integers: exact.
     {.op = "sd_cuda_cursor_set, sd_cuda_cursor_advance, sd_cuda_cursor_commit", .run = run_cursor, .tol = TOL_BITWISE},
+    // The non-finite flag: the smallest site that saw a NaN or an Inf, exactly; one row and many blocks.
+    {.op = "sd_cuda_finite_reset, sd_cuda_finite_check", .run = run_finite, .shape = {1, 32}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_finite_check", .note = "grid-stride past one wave", .run = run_finite, .shape = {17, 7168}, .tol = TOL_BITWISE},
     // KDA conv: qc, kc, vc TOL_ELEM; the gates TOL_DOT; the ring and one token at a time bitwise.
     // W = 9 passes the kernel's register window (CONV_WMAX 8); pos0 = 2 with W = 9 reaches before 0.
     {.op = "sd_cuda_kda_conv", .run = run_kda_conv, .shape = {2, 16, 4, 1, 0, 0, 0, 0}, .dt = SD_DT_F32, .tol = TOL_ELEM},

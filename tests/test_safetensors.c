@@ -203,13 +203,15 @@ Test(safetensors, write_into_missing_folder_fails_cleanly) {
     cr_assert_eq(count_entries(tmpdir), 0);
 }
 
-Test(safetensors, failed_rename_removes_temporary) {
+// A target that is a folder is refused before anything is written (atomic_file.h), never
+// replaced, and no temporary is left.
+Test(safetensors, a_folder_as_target_is_refused_leaving_nothing) {
     char path[256];
     tmp_path(path, "is_a_dir");
     cr_assert_eq(mkdir(path, 0755), 0);
     sd_status st = {0};
-    cr_assert_eq(sd_st_write(path, SAMPLE, N_SAMPLE, &st), SD_ERR_SYS);
-    cr_assert(strstr(st.msg, path) && strstr(st.msg, "rename"), "%s", st.msg);
+    cr_assert_eq(sd_st_write(path, SAMPLE, N_SAMPLE, &st), SD_ERR_USAGE);
+    cr_assert(strstr(st.msg, path) && strstr(st.msg, "refusing"), "%s", st.msg);
     cr_assert_eq(count_entries(tmpdir), 1, "only the folder may remain");
 }
 

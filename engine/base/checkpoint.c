@@ -1,5 +1,6 @@
 // checkpoint.c — open a model directory's weights, single file or index + shards (checkpoint.h).
 #include "checkpoint.h"
+#include "file_open.h" // sd_fopen_regular
 #include <cjson/cJSON.h> // cJSON_ParseWithOpts
 #include <errno.h>
 #include <stdbool.h>
@@ -41,8 +42,8 @@ static int cmp_entry(const void *a, const void *b) {
 }
 
 static sd_code read_text(const char *path, char **out, size_t *len, sd_status *st) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return sd_fail(st, SD_ERR_SYS, "%s: open: %s", path, strerror(errno));
+    FILE *f = sd_fopen_regular(path, st); // a FIFO must not block the open
+    if (!f) return st ? st->code : SD_ERR_SYS;
     char *buf = malloc(INDEX_MAX_BYTES + 1);
     size_t n = buf ? fread(buf, 1, INDEX_MAX_BYTES + 1, f) : 0;
     bool err = ferror(f);

@@ -3,6 +3,7 @@
 // and store each scalar, the writer walks it to print them, so the two cannot disagree on a key.
 // Rules that tie keys together (layer lists, routing groups, conditional RoPE) follow the walk.
 #include "config.h" // sd_config, sd_config_parse, sd_config_load, sd_config_to_json
+#include "file_open.h" // sd_fopen_regular
 
 #include <cjson/cJSON.h> // cJSON_ParseWithOpts, cJSON_Print, cJSON_CreateRaw
 #include <errno.h>
@@ -107,6 +108,8 @@ static sd_code bad(const reader *r, const char *key, const char *fmt, ...) {
 
 // A JSON value as one short line (cJSON escapes newlines inside strings).
 static const char *show(const cJSON *item, char buf[static 64]) {
+    if (cJSON_IsNumber(item) && !isfinite(item->valuedouble)) // cJSON would print null
+        return isnan(item->valuedouble) ? "nan" : item->valuedouble > 0 ? "inf (a number beyond double range)" : "-inf";
     char *text = cJSON_PrintUnformatted(item);
     if (!text) return "(unprintable)";
     size_t n = strlen(text);
@@ -174,7 +177,10 @@ static sd_code read_key(reader *r, const key_spec *k, sd_config *cfg) {
     }
     case KEY_DOUBLE:
         if (!item) { *(double *)field = k->fallback; return SD_OK; }
-        if (!cJSON_IsNumber(item)) return bad(r, k->key, "must be a number, got %s", show(item, got));
+        // 1e999 parses to infinity: refused here, so no infinite value reaches the model (or a
+        // config that `init` writes and specdec then refuses).
+        if (!cJSON_IsNumber(item) || !isfinite(item->valuedouble))
+            return bad(r, k->key, "must be a finite number, got %s", show(item, got));
         *(double *)field = item->valuedouble;
         return SD_OK;
     case KEY_BOOL:
@@ -277,7 +283,7 @@ static sd_code check_rules(const reader *r, sd_config *cfg) {
             return bad(r, "num_experts_per_token", "must be <= topk_group * experts per group (%d * %d = %d), got %d",
                        c->topk_group, E / G, reachable, K);
     }
-    return SD_OK;
+    return sd_config_check_sizes(c, r->name, r->st);
 }
 
 // Line and column (1-based) of byte `at` in `text`, for JSON syntax errors.
@@ -364,9 +370,26 @@ static sd_code check_unimplemented(const reader *r, const sd_config *c) {
     return SD_OK;
 }
 
+// The byte offset of the first \u0000 escape in JSON text, or -1. cJSON stores keys and strings
+// as C strings, so "rope_theta\u0000x" would be read as the key rope_theta: such text is refused
+// before parsing (a backslash outside strings is a syntax error anyway, so the scan needs no
+// string tracking; an escaped backslash is skipped with its pair).
+static long nul_escape_at(const char *json) {
+    for (const char *p = json; *p; p++) {
+        if (*p != '\\') continue;
+        if (p[1] == 'u' && p[2] == '0' && p[3] == '0' && p[4] == '0' && p[5] == '0') return (long)(p - json);
+        if (p[1]) p++;
+    }
+    return -1;
+}
+
 static sd_code parse_document(const reader *r_in, const char *json, sd_config *cfg) {
     reader r = *r_in;
     sd_code rc;
+    const long nul = nul_escape_at(json);
+    if (nul >= 0)
+        return sd_fail(r.st, SD_ERR_DATA, "%s: invalid JSON: a \\u0000 (NUL) escape at byte %ld: keys and strings may not "
+                       "hold NUL", r.name, nul);
     const char *end = NULL;
     cJSON *doc = cJSON_ParseWithOpts(json, &end, true); // true: nothing may follow the value
     if (!doc) {
@@ -405,8 +428,8 @@ sd_code sd_config_parse(const char *json, const char *name, sd_config *cfg, sd_s
 
 sd_code sd_config_load(const char *path, sd_config *cfg, sd_status *st) {
     memset(cfg, 0, sizeof *cfg);
-    FILE *f = fopen(path, "rb");
-    if (!f) return sd_fail(st, SD_ERR_SYS, "%s: cannot open: %s", path, strerror(errno));
+    FILE *f = sd_fopen_regular(path, st); // a FIFO must not block, a directory is no config
+    if (!f) return st ? st->code : SD_ERR_SYS;
     size_t cap = 4096, len = 0;
     char *text = malloc(cap);
     sd_code rc = SD_OK;

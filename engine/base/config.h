@@ -1,6 +1,7 @@
 // config.h — config.json of a kimi_linear model (MODEL.md "config.json"), loaded and validated.
 #pragma once
 #include <stdbool.h>
+#include <stdint.h>
 #include "status.h" // sd_status
 
 #define SD_MAX_LAYERS 256
@@ -64,6 +65,17 @@ sd_code sd_config_parse(const char *json, const char *name, sd_config *cfg, sd_s
 sd_code sd_config_load(const char *path, sd_config *cfg, sd_status *st);
 // Serialise to config.json text (every key MODEL.md lists; q_lora_rank null). Caller frees.
 char *sd_config_to_json(const sd_config *cfg);
+
+// The sizes the config implies, from the config alone (config_sizes.c): every width the engine
+// keeps in an int fits one, the tensor table holds at most SD_MAX_TENSORS and the weights (at
+// F32) at most SD_MAX_MODEL_BYTES; else SD_ERR_DATA naming `name` and the key at fault. Part of
+// sd_config_parse's validation.
+sd_code sd_config_check_sizes(const sd_config *c, const char *name, sd_status *st);
+// The weights' bytes at F32 (an upper bound for any dtype mix) and the key of their largest part;
+// SD_ERR_DATA (bytes = UINT64_MAX) when they overflow 64 bits.
+sd_code sd_config_weight_bytes(const sd_config *c, uint64_t *bytes, const char **key);
+// How many tensors the model holds (the weight table's length).
+int64_t sd_config_tensor_count(const sd_config *c);
 
 // Derived sizes.
 static inline int sd_config_kda_dim(const sd_config *c) { return c->kda_num_heads * c->kda_head_dim; } // P

@@ -1,4 +1,5 @@
 // digest.c — SHA-256 through OpenSSL EVP: one call for a buffer, chunked reads for a file.
+#include "file_open.h" // sd_open_regular
 #include "digest.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -45,8 +46,8 @@ static bool hash_fd(EVP_MD_CTX *ctx, int fd, unsigned char *buf) {
 
 sd_code sd_sha256_file(const char *path, char hex[65], sd_status *st) {
     hex[0] = '\0';
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return sd_fail(st, SD_ERR_SYS, "%s: open: %s", path, strerror(errno));
+    int fd = sd_open_regular(path, st);
+    if (fd < 0) return st ? st->code : SD_ERR_SYS;
     unsigned char *buf = malloc(CHUNK_BYTES);
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
     unsigned char md[EVP_MAX_MD_SIZE];

@@ -9,6 +9,7 @@
 // The mapping is read-only and private: a file truncated by another process while it is mapped
 // raises SIGBUS on access, which no validation at open time can rule out.
 #include "safetensors.h"
+#include "file_open.h" // sd_open_regular
 #include "atomic_file.h" // sd_atomic_open, sd_atomic_commit, sd_atomic_abort
 #include <cjson/cJSON.h> // cJSON_ParseWithLengthOpts, cJSON_PrintUnformatted
 #include <errno.h>
@@ -131,8 +132,8 @@ static bool json_get_uint(const cJSON *j, uint64_t *out) {
 }
 
 static sd_code map_file(const char *path, sd_st_file *f, sd_status *st) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return sd_fail(st, SD_ERR_SYS, "%s: open: %s", path, strerror(errno));
+    int fd = sd_open_regular(path, st); // a FIFO must not block the open
+    if (fd < 0) return st ? st->code : SD_ERR_SYS;
     struct stat sb;
     sd_code code = SD_OK;
     if (fstat(fd, &sb) != 0) {

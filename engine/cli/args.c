@@ -62,12 +62,14 @@ bool sd_args_done(sd_args *a) {
         return false;
     }
     if (a->missing) {
-        fprintf(stderr, "%s: option '%s' needs a value (see --help)\n", a->cmd, a->missing);
+        char shown[256];
+        fprintf(stderr, "%s: option '%s' needs a value (see --help)\n", a->cmd, sd_escape(a->missing, shown, sizeof shown));
         return false;
     }
     for (int i = 0; i < a->argc; i++)
         if (!a->used[i]) {
-            fprintf(stderr, "%s: unknown option '%s' (see --help)\n", a->cmd, a->argv[i]);
+            char shown[256];
+            fprintf(stderr, "%s: unknown option '%s' (see --help)\n", a->cmd, sd_escape(a->argv[i], shown, sizeof shown));
             return false;
         }
     return true;
@@ -78,7 +80,8 @@ bool sd_parse_int(const char *opt, const char *s, long lo, long hi, long *out, s
     errno = 0;
     long v = strtol(s, &end, 10);
     if (!*s || *end || errno || v < lo || v > hi) {
-        sd_fail(st, SD_ERR_USAGE, "%s must be an integer in %ld..%ld, got '%s'", opt, lo, hi, s);
+        char shown[128];
+        sd_fail(st, SD_ERR_USAGE, "%s must be an integer in %ld..%ld, got '%s'", opt, lo, hi, sd_escape(s, shown, sizeof shown));
         return false;
     }
     *out = v;
@@ -90,7 +93,8 @@ bool sd_parse_u64(const char *opt, const char *s, uint64_t *out, sd_status *st) 
     errno = 0;
     unsigned long long v = strtoull(s, &end, 10);
     if (!*s || *end || errno || *s == '-') {
-        sd_fail(st, SD_ERR_USAGE, "%s must be a non-negative integer, got '%s'", opt, s);
+        char shown[128];
+        sd_fail(st, SD_ERR_USAGE, "%s must be a non-negative integer, got '%s'", opt, sd_escape(s, shown, sizeof shown));
         return false;
     }
     *out = v;
@@ -102,7 +106,8 @@ bool sd_parse_float(const char *opt, const char *s, double lo, double hi, double
     errno = 0;
     double v = strtod(s, &end);
     if (!*s || *end || errno || !isfinite(v) || v < lo || v > hi) {
-        sd_fail(st, SD_ERR_USAGE, "%s must be a number in %g..%g, got '%s'", opt, lo, hi, s);
+        char shown[128];
+        sd_fail(st, SD_ERR_USAGE, "%s must be a number in %g..%g, got '%s'", opt, lo, hi, sd_escape(s, shown, sizeof shown));
         return false;
     }
     *out = v;
@@ -129,7 +134,8 @@ bool sd_parse_int_list(const char *opt, const char *s, int **out, int *n, sd_sta
     }
     if (!v || *p || cnt == 0) {
         free(v);
-        sd_fail(st, SD_ERR_USAGE, "%s must be a comma-separated list of token ids, got '%s'", opt, s);
+        char shown[128];
+        sd_fail(st, SD_ERR_USAGE, "%s must be a comma-separated list of token ids, got '%s'", opt, sd_escape(s, shown, sizeof shown));
         return false;
     }
     *out = v;

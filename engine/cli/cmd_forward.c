@@ -1,5 +1,8 @@
 // cmd_forward.c — `specdec forward`: teacher-forced logits of every position to safetensors.
 #include <cjson/cJSON.h>
+#include <unistd.h>      // getpid
+#include "atomic_file.h" // sd_atomic_check_target
+#include "cleanup.h"     // sd_cleanup_add
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,6 +98,8 @@ int cmd_forward(int argc, char **argv) {
         sd_fail(&st, SD_ERR_USAGE, "--mode must be decode, verify or prefill, got '%s'", mode);
         return sd_cli_fail(cmd, &st);
     }
+    // An existing --out that is not a regular file (a link, FIFO, device) is refused, not replaced.
+    if (sd_atomic_check_target(out, 0, &st)) return sd_cli_fail(cmd, &st);
     sd_cli_backend be;
     if (sd_cli_backend_parse(backend, &be, &st)) return sd_cli_fail(cmd, &st);
     if (chunk_s && !sd_parse_int("--chunk", chunk_s, 1, 64, &chunk, &st)) return sd_cli_fail(cmd, &st);
@@ -131,7 +136,11 @@ int cmd_forward(int argc, char **argv) {
             {.name = "logits", .dtype = SD_DT_F32, .ndim = 2, .shape = {T, V}, .data = logits, .nbytes = sizeof(float) * (size_t)T * V},
             {.name = "tokens", .dtype = SD_DT_I32, .ndim = 1, .shape = {T}, .data = tokens, .nbytes = sizeof(int) * (size_t)T},
         };
+        char tmp[4200]; // sd_st_write's temporary beside out (safetensors.c), removed if a signal ends us
+        snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out, (long)getpid());
+        const int slot = sd_cleanup_add(tmp, false);
         rc = sd_st_write(out, t, 2, &st);
+        sd_cleanup_drop(slot);
     }
     char ranks[32] = "";
     if (tp.ranks) snprintf(ranks, sizeof ranks, ", %d ranks", tp.ranks);

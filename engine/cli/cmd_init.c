@@ -149,22 +149,32 @@ int cmd_init(int argc, char **argv) {
     if (draft_out && sd_draft_config(&cfg, (int)n_draft, &dcfg, &st)) return sd_cli_fail(cmd, &st);
     if (draft_out) { o.tail_from = (int)n_draft; o.tail_scale = (float)tail; o.depth = cfg.num_hidden_layers; }
 
-    // "wrote" is said once everything is written: the target, then the draft.
+    // Both folders are staged before either is committed: a failure (or a signal: the stages are
+    // registered for removal) leaves neither folder half-written, and a draft never lands without
+    // its target.
     sd_model m;
+    sd_model_staged target = {0}, draft = {0};
     if (sd_synth_model(&m, &cfg, &o, &st)) return sd_cli_fail(cmd, &st);
     pc.dir = out;
-    sd_code rc = sd_model_save(&m, out, &wo, &st);
-    const int n_tensors = m.w.n_specs;
+    sd_code rc = sd_model_stage(&m, out, &wo, &target, &st);
+    const int n_specs = m.w.n_specs;
     const double mb = m.w.arena_bytes / 1e6;
     sd_model_free(&m);
-    if (!rc && draft_out && !(rc = sd_synth_model(&m, &dcfg, &o, &st))) {
-        pc.dir = draft_out;
-        rc = sd_model_save(&m, draft_out, &wo, &st);
-        sd_model_free(&m);
+    if (!rc && draft_out) {
+        rc = sd_synth_model(&m, &dcfg, &o, &st);
+        if (!rc) {
+            pc.dir = draft_out;
+            rc = sd_model_stage(&m, draft_out, &wo, &draft, &st);
+            sd_model_free(&m);
+        }
     }
-    if (rc) return sd_cli_fail(cmd, &st);
-    fprintf(stderr, "%s: wrote %s (%d tensors, %.1f MB)\n", cmd, out, n_tensors, mb);
-    if (draft_out)
+    // "wrote" is said once everything is written: the target, then the draft.
+    if (!rc) rc = sd_model_commit(&target, &st);
+    if (!rc && draft_out) rc = sd_model_commit(&draft, &st);
+    if (!rc) fprintf(stderr, "%s: wrote %s (%d tensors, %.1f MB)\n", cmd, out, n_specs, mb);
+    if (!rc && draft_out)
         fprintf(stderr, "%s: wrote draft %s (%d of %d layers)\n", cmd, draft_out, dcfg.num_hidden_layers, cfg.num_hidden_layers);
-    return 0;
+    sd_model_discard(&target);
+    sd_model_discard(&draft);
+    return rc ? sd_cli_fail(cmd, &st) : 0;
 }

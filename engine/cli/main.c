@@ -4,6 +4,8 @@
 #include "commands.h"
 #include "backend_select.h" // sd_cli_backends_describe
 #include "host_cpu.h"       // sd_cli_omp_passive
+#include "interrupt.h"      // sd_cli_cleanup_install
+#include "status.h"         // sd_escape
 
 static const struct {
     const char *name;
@@ -30,6 +32,7 @@ static void usage(FILE *out) {
 
 int main(int argc, char **argv) {
     sd_cli_omp_passive(argv);
+    sd_cli_cleanup_install(); // a signal removes the temporaries of an unfinished write
     if (argc < 2 || argv[1][0] == '-') {
         if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
             usage(stdout);
@@ -44,6 +47,7 @@ int main(int argc, char **argv) {
     }
     for (int i = 0; i < N_COMMANDS; i++)
         if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 2, argv + 2);
-    fprintf(stderr, "specdec: unknown command '%s' (see specdec --help)\n", argv[1]);
+    char shown[256];
+    fprintf(stderr, "specdec: unknown command '%s' (see specdec --help)\n", sd_escape(argv[1], shown, sizeof shown));
     return 2;
 }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "args.h"
+#include "file_open.h" // sd_fopen_regular
 #include "demo.h" // DEMO_K
 #include "spec.h" // SD_SPEC_MAX_K
 
@@ -108,8 +109,9 @@ static bool push_id(int **v, int *cnt, int *cap, long x) {
 // Token ids from a text file: non-negative integers separated by whitespace and at most one
 // comma ("1,2,3", "1 2 3", "1, 2,\n3").
 static sd_code read_prompt_file(const char *path, int **out, int *n, sd_status *st) {
-    FILE *f = fopen(path, "r");
-    if (!f) return sd_fail(st, SD_ERR_DATA, "--prompt-file %s: cannot open: %s", path, strerror(errno));
+    sd_status why = {0};
+    FILE *f = sd_fopen_regular(path, &why); // a FIFO or a device must not block the run
+    if (!f) return sd_fail(st, SD_ERR_DATA, "--prompt-file %s", why.msg);
     int *v = NULL, cnt = 0, cap = 0, c, commas = 0;
     long x = -1; // the id being read; -1 between ids
     sd_code rc = SD_OK;

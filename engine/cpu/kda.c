@@ -31,10 +31,12 @@ static void l2norm_heads(float *x, int H, int d) {
     }
 }
 
-// One head, one token of the delta rule (kda_scan.h).
+// One head, one token of the delta rule (kda_scan.h). o holds ks = Sᵀk and then u until the last
+// pass overwrites it with the output, so the step needs no buffer of its own (none sized by d on
+// the stack); the sums run in the same order as written in kda_scan.h.
 void sd_kda_step(const float *S_src, float *S_dst, const float *q, const float *k, const float *v,
                      const float *g, float beta, int d, float *o) {
-    float ks[d], u[d], qs[d];
+    float *ks = o, *u = o;
     for (int j = 0; j < d; j++) ks[j] = 0.0f;
     for (int i = 0; i < d; i++) {
         const float e = expf(g[i]);
@@ -46,15 +48,16 @@ void sd_kda_step(const float *S_src, float *S_dst, const float *q, const float *
         }
     }
     for (int j = 0; j < d; j++) u[j] = beta * (v[j] - ks[j]);
-    const float scale = 1.0f / sqrtf((float)d);
-    for (int i = 0; i < d; i++) qs[i] = q[i] * scale;
-    for (int j = 0; j < d; j++) o[j] = 0.0f;
     for (int i = 0; i < d; i++) {
         float *dst = S_dst + (size_t)i * d;
-        for (int j = 0; j < d; j++) {
-            dst[j] += k[i] * u[j];
-            o[j] += dst[j] * qs[i];
-        }
+        for (int j = 0; j < d; j++) dst[j] += k[i] * u[j];
+    }
+    const float scale = 1.0f / sqrtf((float)d);
+    for (int j = 0; j < d; j++) o[j] = 0.0f;
+    for (int i = 0; i < d; i++) {
+        const float *dst = S_dst + (size_t)i * d;
+        const float qs = q[i] * scale;
+        for (int j = 0; j < d; j++) o[j] += dst[j] * qs;
     }
 }
 

@@ -22,12 +22,18 @@ static void attend(const sd_mla_weights *w, const sd_config *c, const sd_mla_sta
                    const float *qh, int pos, float *qabs, float *lat, float *scores, float *o) {
     const int R = c->kv_lora_rank, dn = c->qk_nope_head_dim, dr = c->qk_rope_head_dim, dv = c->v_head_dim;
     const int row0 = h * (dn + dv); // W_UK,h rows row0 .. row0+dn-1, then W_UV,h
-    float wrow[R];
-    // q̃ = Σ_i qn[i] · W_UK,h[i] (i increasing).
+    // q̃ = Σ_i qn[i] · W_UK,h[i] (i increasing), each weight widened to f32 where it is read
+    // (no row buffer: a latent width from the config never sizes a stack array).
     for (int r = 0; r < R; r++) qabs[r] = 0.0f;
     for (int i = 0; i < dn; i++) {
-        sd_mat_row_f32(&w->kv_b, row0 + i, wrow);
-        for (int r = 0; r < R; r++) qabs[r] += qh[i] * wrow[r];
+        const size_t at = (size_t)(row0 + i) * R;
+        if (w->kv_b.dtype == SD_DT_BF16) {
+            const uint16_t *row = (const uint16_t *)w->kv_b.data + at;
+            for (int r = 0; r < R; r++) qabs[r] += qh[i] * sd_bf16_to_f32(row[r]);
+        } else {
+            const float *row = (const float *)w->kv_b.data + at;
+            for (int r = 0; r < R; r++) qabs[r] += qh[i] * row[r];
+        }
     }
     // score_j = (q̃·c_j + qp·kpe_j) · (dn+dr)^-0.5; softmax with the max subtracted, sum in j order.
     const float scale = 1.0f / sqrtf((float)(dn + dr));

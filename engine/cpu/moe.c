@@ -43,7 +43,7 @@ void sd_moe_forward(const sd_moe_weights *w, const sd_config *c, sd_state *s, co
     // Each selected expert runs once over the tokens that chose it (its weights are read once
     // per forward); its output rows go to exp_out[t][j]. Per token this is the same arithmetic
     // as running the expert alone, since every output element is one fixed-order dot.
-    int rows_t[T * K], rows_j[T * K];
+    int *rows_t = x->expert_rows, *rows_j = x->expert_rows + (size_t)T * K; // the state's scratch, not the stack
     for (int e = 0; e < E; e++) {
         if (!sd_config_holds_expert(c, e)) continue; // a rank's shard runs only its own experts
         int n = 0;

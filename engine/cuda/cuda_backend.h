@@ -31,6 +31,7 @@ typedef struct sd_cuda_backend {
     size_t arena_bytes;
     sd_cuda_expert *experts;  // per MoE layer i, E entries at (i - first_k_dense_replace)·E
     int *accept_ints;         // (SD_CUDA_ACCEPT_INTS) the accept op's drafts, top and (n, bonus)
+    int *nonfinite;           // (1) the forward's non-finite flag (kernels/finite.h): the first site, or INT_MAX
     // Pinned host memory. Under unified addressing (every 64-bit process) cudaMallocHost memory
     // is device-mapped at the same address, so the kernels read a forward's tokens and write
     // its argmaxes and draws there directly: no copy operations at either end of a step.
@@ -43,6 +44,7 @@ typedef struct sd_cuda_backend {
     size_t sample_cap;
     int *sel_host;               // (route_cap)
     int *accept_ints_host;       // (SD_CUDA_ACCEPT_INTS)
+    int *nonfinite_host;         // (1) the flag copied back at the end of each forward's launches
     float *w_host;               // (route_cap)
     size_t route_cap;
     float *router_host;          // (router_cap) the route tap's router logits (T, E), then the bias (E)

@@ -36,6 +36,14 @@ sd_code sd_cuda_head_argmax(sd_cuda_backend *b, const sd_model *m, sd_state *s, 
 // Without logits or a request of opts it only drains.
 sd_code sd_cuda_head(sd_cuda_backend *b, const sd_model *m, sd_state *s, int T, float *logits, int last_only,
                      const sd_forward_opts *opts, sd_status *st);
+// The non-finite flag (kernels/finite.h, engine/model.h): the walk checks the residual stream
+// after the embedding and each sublayer, the head its rows; the flag keeps the first site and is
+// never reset by a forward, so a round of several forwards keeps its first. sd_cuda_nonfinite_copy
+// enqueues the flag's copy into b->nonfinite_host (capturable: the head's launches end with it);
+// after the stream drains, sd_cuda_nonfinite_take returns SD_ERR_NONFINITE naming the site when
+// one was seen (and resets the flag), else SD_OK. walk.c.
+sd_code sd_cuda_nonfinite_copy(sd_cuda_backend *b, sd_status *st);
+sd_code sd_cuda_nonfinite_take(sd_cuda_backend *b, const sd_config *c, sd_status *st);
 // The MoE block of layer `layer` (moe_block.c) in b->moe_arm: out = MoE(x), or out += MoE(x)
 // with accumulate; with norm, x = rmsnorm(norm->x) is computed by the router's launch (norm->out).
 // Leaves sel/w of token t at s->scratch.sel/w + t·K (device memory).

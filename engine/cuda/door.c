@@ -271,11 +271,15 @@ static sd_code launch(sd_cuda_door *d, int g, sd_status *st) {
 
 // The stream drained; a rank of a broken group then reports the group's failure (an aborted
 // collective leaves the round's results meaningless).
+// Then the models' non-finite flags (the graphs' heads copied them): a round or step that saw a
+// NaN or an Inf fails naming the site (the draft's first, it ran first); its device cursors have
+// committed, so the run ends there (the CLI exits 1).
 static sd_code drain(sd_cuda_door *d, sd_status *st) {
     const cudaError_t e = cudaStreamSynchronize(d->tb->stream);
     SD_TRY(sd_comm_check(d->target->comm, st));
     SD_CUDA_CHECK(st, e);
-    return SD_OK;
+    if (d->draft) SD_TRY(sd_cuda_nonfinite_take(sd_cuda_backend_of(d->draft), &d->draft->cfg, st));
+    return sd_cuda_nonfinite_take(d->tb, &d->target->cfg, st);
 }
 
 sd_code sd_cuda_door_round(sd_cuda_door *d, int x, uint32_t round, int *emit, int *n, sd_status *st) {

@@ -5,7 +5,8 @@
 #include "cuda_graph.h"
 #include <string.h>
 #include "check.h"         // SD_CUDA_CHECK
-#include "cuda_internal.h" // sd_cuda_walk, sd_cuda_head_logits, sd_cuda_state_is_ours
+#include "cuda_internal.h" // sd_cuda_walk, sd_cuda_head_logits, sd_cuda_state_is_ours, sd_cuda_nonfinite_take
+#include "cursor.h"        // sd_cuda_cursor_set
 
 // The graph's body on b->stream (in capture mode).
 static sd_code enqueue(sd_cuda_backend *b, const sd_model *m, sd_state *s, const sd_cuda_graph *g, sd_status *st) {
@@ -81,6 +82,12 @@ sd_code sd_cuda_graph_forward(sd_cuda_graph *g, const int *tokens, int *argmax, 
     SD_TRY(sd_comm_replay(g->model->comm, &g->window, launch, g, st));
     SD_CUDA_CHECK(st, cudaStreamSynchronize(b->stream)); // its argmax kernel wrote argmax_host
     SD_TRY(sd_comm_check(g->model->comm, st));
+    if (sd_cuda_nonfinite_take(b, &g->model->cfg, st)) { // the graph advanced the device cursor: put it back
+        sd_status ignored = {0};
+        sd_cuda_cursor_set(s->cursor, s->len, s->pending, b->stream, &ignored);
+        cudaStreamSynchronize(b->stream);
+        return SD_ERR_NONFINITE;
+    }
     memcpy(argmax, g->argmax_host, sizeof(int) * (size_t)T);
     sd_state_advance(s, T); // the graph advanced the device cursor
     return SD_OK;

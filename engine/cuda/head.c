@@ -19,6 +19,7 @@
 #include "cuda_scratch.h"  // sd_cuda_scratch_of
 #include "linear.h"        // sd_cuda_linear_multi_norm
 #include "sampling.h"      // sd_cuda_argmax, sd_cuda_softmax, sd_cuda_sample_rows
+#include "finite.h"        // sd_cuda_finite_check
 #include "tp_head.h"       // sd_cuda_tp_argmax_pairs, _combine, _lay_rows
 #include "parallel/comm.h" // sd_comm_gather_to, sd_comm_check
 
@@ -63,20 +64,30 @@ static sd_code group_logits(sd_cuda_backend *b, const sd_model *m, sd_state *s, 
     return sd_cuda_tp_lay_rows(g.tp_gather, &v, n_out, block, m->cfg.vocab_size, s->scratch.logits, b->stream, st);
 }
 
+// The head's rows checked (a finite stream can still overflow there), then the flag's copy: the
+// last launches of every head, captured or eager.
+static sd_code check_rows(sd_cuda_backend *b, const sd_model *m, const float *rows, size_t n, sd_status *st) {
+    SD_TRY(sd_cuda_finite_check(rows, n, sd_nonfinite_site_head(&m->cfg), b->nonfinite, b->stream, st));
+    return sd_cuda_nonfinite_copy(b, st);
+}
+
 sd_code sd_cuda_head_logits(sd_cuda_backend *b, const sd_model *m, sd_state *s, int first, int n_out, sd_status *st) {
-    if (m->comm) return group_logits(b, m, s, first, n_out, st);
-    return head_rows(b, m, s, first, n_out, s->scratch.logits, st);
+    if (m->comm) SD_TRY(group_logits(b, m, s, first, n_out, st));
+    else SD_TRY(head_rows(b, m, s, first, n_out, s->scratch.logits, st));
+    return check_rows(b, m, s->scratch.logits, (size_t)n_out * m->cfg.vocab_size, st);
 }
 
 sd_code sd_cuda_head_argmax(sd_cuda_backend *b, const sd_model *m, sd_state *s, int first, int n_out, int *out, sd_status *st) {
     const sd_cuda_scratch g = sd_cuda_scratch_of(s);
     if (!m->comm) {
         SD_TRY(head_rows(b, m, s, first, n_out, s->scratch.logits, st));
+        SD_TRY(check_rows(b, m, s->scratch.logits, (size_t)n_out * m->cfg.vocab_size, st));
         return sd_cuda_argmax(s->scratch.logits, n_out, m->cfg.vocab_size, out, g.argmax_ws, b->stream, st);
     }
     sd_comm *comm = m->comm;
     const sd_tp_range mine = comm->plan->rank[comm->rank].vocab;
     SD_TRY(head_rows(b, m, s, first, n_out, g.tp_head, st));
+    SD_TRY(check_rows(b, m, g.tp_head, (size_t)n_out * (size_t)mine.count, st)); // this rank's slice
     SD_TRY(sd_cuda_argmax(g.tp_head, n_out, mine.count, g.tp_idx, g.argmax_ws, b->stream, st)); // none at count 0
     SD_TRY(sd_cuda_tp_argmax_pairs(g.tp_head, n_out, mine.count, mine.first, g.tp_idx, g.tp_pairs, b->stream, st));
     SD_TRY(sd_comm_gather_to(comm, SD_COMM_ALL_GATHER, -1, "head argmax", g.tp_pairs, sizeof(sd_cuda_tp_pick) * (size_t)n_out,
@@ -101,6 +112,7 @@ sd_code sd_cuda_head(sd_cuda_backend *b, const sd_model *m, sd_state *s, int T, 
     const sd_cuda_scratch g = sd_cuda_scratch_of(s);
 
     if (sampled) SD_TRY(ensure_sample_buffers(b, s->max_T > T ? s->max_T : T, st));
+    if (!sd_cuda_head_launches(logits, opts)) SD_TRY(sd_cuda_nonfinite_copy(b, st)); // else the head's rows copy it
     if (!logits && !sampling && argmax) { // argmaxes alone: the logits stay on the device
         SD_TRY(sd_cuda_head_argmax(b, m, s, first, n_out, b->argmax_host, st));
     } else if (sd_cuda_head_launches(logits, opts)) { // whole rows
@@ -120,6 +132,7 @@ sd_code sd_cuda_head(sd_cuda_backend *b, const sd_model *m, sd_state *s, int T, 
     }
     SD_CUDA_CHECK(st, cudaStreamSynchronize(q));
     SD_TRY(sd_comm_check(m->comm, st)); // an aborted collective leaves nothing here worth reading
+    SD_TRY(sd_cuda_nonfinite_take(b, c, st)); // never a result computed from NaN
     if (argmax) memcpy(argmax, b->argmax_host, sizeof(int) * (size_t)n_out);
     if (sampled) memcpy(sampled, b->sampled_host, sizeof(int) * (size_t)n_out);
     return SD_OK;

@@ -131,7 +131,7 @@ static sd_code ensure_scratch(sd_cuda_backend *b, const sd_model *m, sd_prefill_
         layout(p, c, &real);
         rc = sd_gemm_create(&p->gemm, stage_elems(c, p->chunk), st);
     }
-    if (!rc && cudaMallocHost((void **)&p->counts_host, sizeof(int) * (size_t)(c->num_experts > 0 ? c->num_experts : 1)) !=
+    if (!rc && cudaMallocHost((void **)&p->counts_host, 2 * sizeof(int) * (size_t)(c->num_experts > 0 ? c->num_experts : 1)) !=
                    cudaSuccess)
         rc = sd_fail(st, SD_ERR_SYS, "cuda prefill: cannot allocate the pinned expert counts");
     if (rc) sd_prefill_free(p);

@@ -189,7 +189,9 @@ sd_code sd_prefill_moe_ffn(sd_cuda_backend *b, sd_prefill_scratch *p, const sd_m
     TRY(sd_cuda_moe_prefill_count(x->sel, n, E, x->counts, q, st));
     SD_CUDA_CHECK(st, cudaMemcpyAsync(p->counts_host, x->counts, sizeof(int) * E, cudaMemcpyDeviceToHost, q));
     SD_CUDA_CHECK(st, cudaStreamSynchronize(q));
-    int offsets[E];
+    // The offsets go up from pinned memory (the previous layer's copy is done: the counts readback
+    // above synchronised the stream), not from a stack array sized by the config.
+    int *offsets = p->counts_host + E;
     for (int e = 0, acc = 0; e < E; acc += p->counts_host[e], e++) offsets[e] = acc;
     SD_CUDA_CHECK(st, cudaMemcpyAsync(x->offsets, offsets, sizeof(int) * E, cudaMemcpyHostToDevice, q));
     TRY(sd_cuda_moe_prefill_scatter(x->sel, n, K, E, x->offsets, x->row_tok, x->inv, q, st));

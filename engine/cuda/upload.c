@@ -4,9 +4,12 @@
 // device table, and the backend object that the device model's forward, accept, sync and free go
 // through.
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"         // SD_CUDA_CHECK
+#include "finite.h"        // sd_cuda_finite_reset
+#include "sizes.h"         // sd_mem_fit
 #include "cuda_internal.h" // sd_cuda_init_allocator, sd_cuda_sync, sd_cuda_forward, sd_cuda_accept_op
 #include "cuda_model.h"    // sd_cuda_weight_source, sd_cuda_model_create
 #include "cuda_prefill.h"  // sd_cuda_prefill, sd_cuda_prefill_release
@@ -27,6 +30,8 @@ static void backend_release(sd_cuda_backend *b) {
     cudaFree(b->arena);
     cudaFree(b->experts);
     cudaFree(b->accept_ints);
+    cudaFree(b->nonfinite);
+    cudaFreeHost(b->nonfinite_host);
     cudaFreeHost(b->tokens_host);
     cudaFreeHost(b->argmax_host);
     cudaFreeHost(b->sampled_host);
@@ -54,9 +59,17 @@ static size_t round64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 // The device arena of w (dtypes set) with sd_weights_alloc's layout; every destination points
 // into it (device pointers).
+// The bytes are counted with overflow checks and compared with the device's free memory before
+// the allocation: "the weights need X GiB, the free memory of device 0 (NVIDIA H200) has Y GiB".
 static sd_code arena_alloc(sd_weights *w, sd_cuda_backend *b, sd_status *st) {
-    size_t total = 0;
-    for (int i = 0; i < w->n_specs; i++) total += round64(spec_bytes(&w->specs[i]));
+    uint64_t need;
+    SD_TRY(sd_weights_arena_bytes(w, &need, st));
+    size_t free_b = 0, total_b = 0;
+    SD_CUDA_CHECK(st, cudaMemGetInfo(&free_b, &total_b));
+    char where[300];
+    snprintf(where, sizeof where, "the free memory of device %d (%s)", b->device, b->device_name);
+    SD_TRY(sd_mem_fit(need, free_b, "the weights", where, st));
+    const size_t total = (size_t)need;
     SD_CUDA_CHECK(st, cudaMalloc(&b->arena, total ? total : 64));
     b->arena_bytes = total;
     char *p = b->arena;
@@ -122,6 +135,11 @@ static sd_code create(const sd_config *cfg, int device, const sd_cuda_weight_sou
     SD_CUDA_CHECK(st, cudaStreamSynchronize(b->stream));
     rc = upload_expert_table(dev, b, st);
     if (rc) return rc;
+    // The non-finite flag, made with the model so a captured forward finds it at a fixed address.
+    SD_CUDA_CHECK(st, cudaMalloc((void **)&b->nonfinite, sizeof(int)));
+    SD_CUDA_CHECK(st, cudaMallocHost((void **)&b->nonfinite_host, sizeof(int)));
+    *b->nonfinite_host = SD_NONFINITE_NONE;
+    SD_TRY(sd_cuda_finite_reset(b->nonfinite, b->stream, st));
 
     sd_cuda_init_allocator(b);
     b->base = (sd_backend){.name = "cuda", .mem = &b->mem, .forward = sd_cuda_forward, .prefill = sd_cuda_prefill,

@@ -13,7 +13,8 @@
 #include "cuda_layers.h"   // sd_cuda_kda_forward, sd_cuda_mla_forward, sd_cuda_moe_forward
 #include "kda.h"           // sd_cuda_kda_conv, _scan, _out
 #include "linear.h"        // sd_cuda_linear, sd_cuda_linear_multi
-#include "cursor.h"        // sd_pos_cursor, sd_cuda_cursor_advance
+#include "cursor.h"        // sd_pos_cursor, sd_cuda_cursor_advance, sd_cuda_cursor_set
+#include "finite.h"        // sd_cuda_finite_check, sd_cuda_finite_reset
 #include "mla.h"           // sd_cuda_mla_attend
 #include "route.h"         // sd_route_margin (the route tap's margins, on the host)
 #include "cuda_scratch.h"  // sd_cuda_scratch_of
@@ -170,6 +171,7 @@ static sd_code layer_forward(sd_cuda_backend *b, const sd_model *m, sd_state *s,
     }
     TRACE_RANGE_POP();
     if (!rc && comm) rc = all_reduce(b, comm, s, i, "mixer", T, st);
+    if (!rc) rc = sd_cuda_finite_check(x->x, (size_t)T * D, sd_nonfinite_site_mixer(i), b->nonfinite, b->stream, st);
     if (rc) return rc;
 
     const sd_lin_norm post_norm = {.x = x->x, .w = ly->post_norm, .eps = c->rms_norm_eps, .n = D, .out = x->a};
@@ -191,7 +193,22 @@ static sd_code layer_forward(sd_cuda_backend *b, const sd_model *m, sd_state *s,
     TRACE_RANGE_POP();
     bucket_stop(b, tb, TRACE_BUCKET_VFFN, t0);
     if (!rc && comm) rc = all_reduce(b, comm, s, i, "ffn", T, st);
+    if (!rc) rc = sd_cuda_finite_check(x->x, (size_t)T * D, sd_nonfinite_site_ffn(i), b->nonfinite, b->stream, st);
     return rc;
+}
+
+sd_code sd_cuda_nonfinite_copy(sd_cuda_backend *b, sd_status *st) {
+    SD_CUDA_CHECK(st, cudaMemcpyAsync(b->nonfinite_host, b->nonfinite, sizeof(int), cudaMemcpyDeviceToHost, b->stream));
+    return SD_OK;
+}
+
+sd_code sd_cuda_nonfinite_take(sd_cuda_backend *b, const sd_config *c, sd_status *st) {
+    const int site = *b->nonfinite_host;
+    if (site == SD_NONFINITE_NONE) return SD_OK;
+    *b->nonfinite_host = SD_NONFINITE_NONE;
+    sd_status ignored = {0};
+    if (sd_cuda_finite_reset(b->nonfinite, b->stream, &ignored) == SD_OK) cudaStreamSynchronize(b->stream);
+    return sd_nonfinite_fail(c, site, st);
 }
 
 // Pinned (device-mapped) token and argmax buffers for a forward of T tokens (grown, never shrunk).
@@ -212,6 +229,7 @@ sd_code sd_cuda_walk(sd_cuda_backend *b, const sd_model *m, sd_state *s, const i
                      const sd_forward_opts *opts, sd_status *st) {
     const sd_config *c = &m->cfg;
     SD_TRY(sd_cuda_embed(&m->w.embed, tokens, T, s->scratch.x, b->stream, st));
+    SD_TRY(sd_cuda_finite_check(s->scratch.x, (size_t)T * c->hidden_size, 0, b->nonfinite, b->stream, st));
     for (int i = 0; i < c->num_hidden_layers; i++) {
         char name[32];
         snprintf(name, sizeof name, "layer %d", i);
@@ -242,6 +260,12 @@ sd_code sd_cuda_forward(const sd_model *m, sd_state *s, const int *tokens, int T
     memcpy(b->tokens_host, tokens, sizeof(int) * (size_t)T); // the embedding reads them there
     sd_code rc = sd_cuda_walk(b, m, s, b->tokens_host, T, opts, st);
     if (!rc) rc = sd_cuda_head(b, m, s, T, logits, last_only, opts, st); // head.c: host results valid, the walk done
+    if (rc == SD_ERR_NONFINITE) { // the walk advanced the device cursor; the state stays as it was
+        sd_status ignored = {0};
+        sd_cuda_cursor_set(s->cursor, s->len, s->pending, b->stream, &ignored);
+        b->tokens_idle = cudaStreamSynchronize(b->stream) == cudaSuccess;
+        return rc;
+    }
     // A rank of a broken group reports the group's failure, whatever it met after the abort.
     if (rc && m->comm && sd_comm_check(m->comm, st)) return st->code;
     if (rc) return rc;

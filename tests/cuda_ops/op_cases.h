@@ -19,6 +19,8 @@ void run_rmsnorm(const op_case *c);
 void run_embed(const op_case *c);
 // cursor.c
 void run_cursor(const op_case *c);
+// finite.c
+void run_finite(const op_case *c);
 // kda.c
 void run_kda_conv(const op_case *c);
 void run_kda_scan(const op_case *c);
