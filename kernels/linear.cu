@@ -50,6 +50,7 @@ typedef struct {
     float *nout;
     float neps;
     int nn;
+    int *nflag, nsite; // the non-finite flag the norm sets (block 0 only), or NULL
     int wt_off, bar_off; // BULK: shared-memory offsets of the weight rows and of their barrier
 } lin_params;
 
@@ -60,7 +61,9 @@ static_assert(SD_LIN_WARPS * 32 == SD_NORM_THREADS, "the fused norm runs sd_bloc
 // (blockDim.x == SD_NORM_THREADS); block 0 writes nout. Ends with a block barrier.
 __device__ __forceinline__ void lin_norm(const lin_params &p, float *a_sh) {
     __shared__ float red[32];
-    for (int t = 0; t < p.T; t++) sd_block_rmsnorm(p.nx + (size_t)t * p.nn, p.nw, p.nn, p.neps, a_sh + (size_t)t * p.nn, red);
+    int *flag = blockIdx.x == 0 ? p.nflag : nullptr; // every block computes the same sums
+    for (int t = 0; t < p.T; t++)
+        sd_block_rmsnorm(p.nx + (size_t)t * p.nn, p.nw, p.nn, p.neps, a_sh + (size_t)t * p.nn, red, flag, p.nsite);
     __syncthreads();
     if (blockIdx.x == 0)
         for (int i = threadIdx.x; i < p.T * p.nn; i += blockDim.x) p.nout[i] = a_sh[i];
@@ -225,6 +228,8 @@ static sd_code launch(const sd_lin_job *jobs, int n, int t0, int T, const sd_lin
         p.neps = norm->eps;
         p.nn = norm->n;
         p.nout = norm->out;
+        p.nflag = norm->flag;
+        p.nsite = norm->site;
     }
     // Rows a warp before BULK's limit: 2 for STORE/ADD jobs from 3 tokens up or with the norm
     // fused, more for narrow rows.
@@ -317,7 +322,7 @@ extern "C" sd_code sd_cuda_linear_multi_norm(const sd_lin_job *jobs, int n_jobs,
     const bool fuse = T <= 2 && n_jobs <= LIN_MAXJOB && norm->n % 4 == 0 && norm->n > 0 &&
                       sizeof(float) * (size_t)T * norm->n <= LIN_NORM_SMEM;
     if (!fuse) {
-        SD_TRY(sd_cuda_rmsnorm(norm->x, norm->w, T, norm->n, norm->eps, norm->out, stream, st));
+        SD_TRY(sd_cuda_rmsnorm_flagged(norm->x, norm->w, T, norm->n, norm->eps, norm->out, norm->flag, norm->site, stream, st));
         return sd_cuda_linear_multi(jobs, n_jobs, T, stream, st);
     }
     for (int i = 0; i < n_jobs; i++)

@@ -40,13 +40,17 @@ typedef struct {
 // Jobs must not write what another job of the call reads.
 sd_code sd_cuda_linear_multi(const sd_lin_job *jobs, int n_jobs, int T, cudaStream_t stream, sd_status *st);
 
-// The RMSNorm that produces the jobs' input: out (T, n) = rmsnorm(x (T, n), w, eps).
+// The RMSNorm that produces the jobs' input: out (T, n) = rmsnorm(x (T, n), w, eps). With flag,
+// a row of x that is not finite sets the forward's non-finite flag to site (finite.h), when
+// lower: the norm reads every element of the residual stream anyway, so the check costs nothing.
 typedef struct {
     const float *x;
     const float *w;
     float eps;
     int n;
     float *out;
+    int *flag; // NULL: no check
+    int site;
 } sd_lin_norm;
 
 // sd_cuda_rmsnorm(norm) then sd_cuda_linear_multi(jobs), bit for bit, in ONE launch when the T

@@ -362,6 +362,7 @@ typedef struct {
     const float *x, *nw;        // the block's input (T = 1, D); nw: the norm's weight, or NULL (x as is)
     float eps;
     float *nout;                // the normed row (block 0 writes it), with nw
+    int *nflag, nsite;          // the non-finite flag the norm sets (block 0), or NULL
     int E, D, K, renormalize;
     float scaling;
     float *logits;
@@ -400,7 +401,7 @@ static __global__ void __launch_bounds__(SD_LIN_WARPS * 32) route_select_kernel(
     sd_pdl_wait();
     if (blockIdx.x == 0) zero_ready(p.ready, p.E + 2); // before this block lets the up launch start
     if (p.nw) {
-        sd_block_rmsnorm(p.x, p.nw, p.D, p.eps, xs, red);
+        sd_block_rmsnorm(p.x, p.nw, p.D, p.eps, xs, red, blockIdx.x == 0 ? p.nflag : nullptr, p.nsite);
         __syncthreads();
         if (blockIdx.x == 0)
             for (int i = threadIdx.x; i < p.D; i += blockDim.x) p.nout[i] = xs[i];
@@ -454,7 +455,7 @@ extern "C" sd_code sd_cuda_moe_route_select(const float *router, const float *bi
     route_select_params p;
     memset(&p, 0, sizeof p);
     p.router = router; p.bias = bias; p.x = x;
-    if (norm) { p.nw = norm->w; p.eps = norm->eps; p.nout = norm->out; }
+    if (norm) { p.nw = norm->w; p.eps = norm->eps; p.nout = norm->out; p.nflag = norm->flag; p.nsite = norm->site; }
     p.E = E; p.D = D; p.K = K; p.renormalize = renormalize ? 1 : 0; p.scaling = scaling;
     p.logits = logits; p.sel = sel; p.w = w; p.groups = groups; p.ticket = ticket; p.ready = ready;
     p.x_off = (size_t)RS_ROWS * D * 4;

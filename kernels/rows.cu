@@ -26,18 +26,24 @@ extern "C" sd_code sd_cuda_embed(const sd_mat *embed, const int *tokens, int T, 
 }
 
 static __global__ void __launch_bounds__(SD_NORM_THREADS)
-rmsnorm_kernel(const float *x, const float *__restrict__ w, int n, float eps, float *out) {
+rmsnorm_kernel(const float *x, const float *__restrict__ w, int n, float eps, float *out, int *flag, int site) {
     sd_pdl_enter();
     __shared__ float sh[32];
     const size_t off = (size_t)blockIdx.x * n;
-    sd_block_rmsnorm(x + off, w, n, eps, out + off, sh);
+    sd_block_rmsnorm(x + off, w, n, eps, out + off, sh, flag, site);
 }
 
 extern "C" sd_code sd_cuda_rmsnorm(const float *x, const float *w, int rows, int n, float eps, float *out,
                                    cudaStream_t stream, sd_status *st) {
+    return sd_cuda_rmsnorm_flagged(x, w, rows, n, eps, out, NULL, 0, stream, st);
+}
+
+extern "C" sd_code sd_cuda_rmsnorm_flagged(const float *x, const float *w, int rows, int n, float eps, float *out,
+                                           int *flag, int site, cudaStream_t stream, sd_status *st) {
     SD_NVTX("sd_cuda_rmsnorm");
     if (rows < 1) return SD_OK;
-    SD_CUDA_CHECK(st, sd_launch(rmsnorm_kernel, rows, SD_NORM_THREADS, 0, stream, x, w, n, eps, out));
+    int *f = flag;
+    SD_CUDA_CHECK(st, sd_launch(rmsnorm_kernel, rows, SD_NORM_THREADS, 0, stream, x, w, n, eps, out, f, site));
     SD_LAUNCH_CHECK(st);
     return SD_OK;
 }

@@ -15,6 +15,10 @@ sd_code sd_cuda_embed(const sd_mat *embed, const int *tokens, int T, float *x, c
 // One block of 256 threads per row; sum order fixed by n (sd_block_sum).
 sd_code sd_cuda_rmsnorm(const float *x, const float *w, int rows, int n, float eps, float *out,
                         cudaStream_t stream, sd_status *st);
+// The same bits, and a row whose sum of squares is not finite sets the forward's non-finite flag
+// (finite.h) to site, when lower (flag may be NULL: no check).
+sd_code sd_cuda_rmsnorm_flagged(const float *x, const float *w, int rows, int n, float eps, float *out, int *flag,
+                                int site, cudaStream_t stream, sd_status *st);
 
 #ifdef __cplusplus
 }

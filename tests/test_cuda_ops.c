@@ -95,6 +95,9 @@ static const op_case CASES[] = {
     {.op = "sd_cuda_rmsnorm", .note = "in place", .run = run_rmsnorm, .shape = {9, 512, 1}, .tol = TOL_ELEM},
     {.op = "sd_cuda_rmsnorm", .note = "past the register path", .run = run_rmsnorm, .shape = {2, 5000, 0}, .tol = TOL_ELEM},
     {.op = "sd_cuda_rmsnorm", .note = "in place", .run = run_rmsnorm, .shape = {4, 4096, 1}, .tol = TOL_ELEM},
+    // The norm that checks the residual stream it reads: sd_cuda_rmsnorm's bits, the flag exact.
+    {.op = "sd_cuda_rmsnorm_flagged", .run = run_rmsnorm_flagged, .shape = {5, 2304}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_rmsnorm_flagged", .note = "past the register path", .run = run_rmsnorm_flagged, .shape = {3, 7000}, .tol = TOL_BITWISE},
     // Embedding rows widened exactly: bitwise.
     {.op = "sd_cuda_embed", .run = run_embed, .shape = {50, 72, 6, 0}, .dt = SD_DT_BF16, .tol = TOL_BITWISE},
     {.op = "sd_cuda_embed", .run = run_embed, .shape = {50, 72, 6, 0}, .dt = SD_DT_F32, .tol = TOL_BITWISE},

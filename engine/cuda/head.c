@@ -42,7 +42,8 @@ static sd_code head_rows(sd_cuda_backend *b, const sd_model *m, sd_state *s, int
     const sd_config *c = &m->cfg;
     const int D = c->hidden_size;
     sd_scratch *x = &s->scratch;
-    const sd_lin_norm norm = {.x = x->x + (size_t)first * D, .w = m->w.final_norm, .eps = c->rms_norm_eps, .n = D, .out = x->a};
+    const sd_lin_norm norm = {.x = x->x + (size_t)first * D, .w = m->w.final_norm, .eps = c->rms_norm_eps, .n = D,
+                              .out = x->a, .flag = b->nonfinite, .site = sd_nonfinite_site_ffn(c->num_hidden_layers - 1)};
     const sd_lin_job j = {.w = &m->w.lm_head, .x = x->a, .ldx = D, .y = y, .ldy = m->w.lm_head.rows, .mode = SD_LIN_STORE};
     return sd_cuda_linear_multi_norm(&j, 1, n_out, &norm, b->stream, st);
 }

@@ -14,7 +14,7 @@
 #include "kda.h"           // sd_cuda_kda_conv, _scan, _out
 #include "linear.h"        // sd_cuda_linear, sd_cuda_linear_multi
 #include "cursor.h"        // sd_pos_cursor, sd_cuda_cursor_advance, sd_cuda_cursor_set
-#include "finite.h"        // sd_cuda_finite_check, sd_cuda_finite_reset
+#include "finite.h"        // sd_cuda_finite_reset
 #include "mla.h"           // sd_cuda_mla_attend
 #include "route.h"         // sd_route_margin (the route tap's margins, on the host)
 #include "cuda_scratch.h"  // sd_cuda_scratch_of
@@ -157,7 +157,10 @@ static sd_code layer_forward(sd_cuda_backend *b, const sd_model *m, sd_state *s,
     float *out = comm ? x->mix : x->x; // the partial, or the residual stream with the add fused
     const bool acc = !comm;
 
-    const sd_lin_norm in_norm = {.x = x->x, .w = ly->input_norm, .eps = c->rms_norm_eps, .n = D, .out = x->a};
+    // Each sublayer's norm checks the residual stream it reads (linear.h): the input norm what the
+    // previous sublayer left (layer 0: the embedding), the post norm the mixer's sum.
+    const sd_lin_norm in_norm = {.x = x->x, .w = ly->input_norm, .eps = c->rms_norm_eps, .n = D, .out = x->a,
+                                 .flag = b->nonfinite, .site = i ? sd_nonfinite_site_ffn(i - 1) : 0};
     uint64_t t0 = bucket_start(b, tb);
     sd_code rc;
     if (ly->mixer == SD_MIXER_KDA) {
@@ -171,10 +174,10 @@ static sd_code layer_forward(sd_cuda_backend *b, const sd_model *m, sd_state *s,
     }
     TRACE_RANGE_POP();
     if (!rc && comm) rc = all_reduce(b, comm, s, i, "mixer", T, st);
-    if (!rc) rc = sd_cuda_finite_check(x->x, (size_t)T * D, sd_nonfinite_site_mixer(i), b->nonfinite, b->stream, st);
     if (rc) return rc;
 
-    const sd_lin_norm post_norm = {.x = x->x, .w = ly->post_norm, .eps = c->rms_norm_eps, .n = D, .out = x->a};
+    const sd_lin_norm post_norm = {.x = x->x, .w = ly->post_norm, .eps = c->rms_norm_eps, .n = D, .out = x->a,
+                                   .flag = b->nonfinite, .site = sd_nonfinite_site_mixer(i)};
     t0 = bucket_start(b, tb);
     TRACE_RANGE_PUSH(ly->is_moe ? "moe" : "dense_ffn");
     if (ly->is_moe) {
@@ -193,7 +196,6 @@ static sd_code layer_forward(sd_cuda_backend *b, const sd_model *m, sd_state *s,
     TRACE_RANGE_POP();
     bucket_stop(b, tb, TRACE_BUCKET_VFFN, t0);
     if (!rc && comm) rc = all_reduce(b, comm, s, i, "ffn", T, st);
-    if (!rc) rc = sd_cuda_finite_check(x->x, (size_t)T * D, sd_nonfinite_site_ffn(i), b->nonfinite, b->stream, st);
     return rc;
 }
 
@@ -229,7 +231,6 @@ sd_code sd_cuda_walk(sd_cuda_backend *b, const sd_model *m, sd_state *s, const i
                      const sd_forward_opts *opts, sd_status *st) {
     const sd_config *c = &m->cfg;
     SD_TRY(sd_cuda_embed(&m->w.embed, tokens, T, s->scratch.x, b->stream, st));
-    SD_TRY(sd_cuda_finite_check(s->scratch.x, (size_t)T * c->hidden_size, 0, b->nonfinite, b->stream, st));
     for (int i = 0; i < c->num_hidden_layers; i++) {
         char name[32];
         snprintf(name, sizeof name, "layer %d", i);

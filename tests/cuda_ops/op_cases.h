@@ -16,6 +16,7 @@ void run_linear_multi(const op_case *c);
 void run_linear_multi_norm(const op_case *c);
 // rows.c
 void run_rmsnorm(const op_case *c);
+void run_rmsnorm_flagged(const op_case *c);
 void run_embed(const op_case *c);
 // cursor.c
 void run_cursor(const op_case *c);
