@@ -615,6 +615,26 @@ static float *forward_logits(const char *path, int T) {
     return lg;
 }
 
+// init --json: one object on stdout naming both folders, and the "wrote" lines still on stderr.
+Test(cli, init_json_names_what_it_wrote) {
+    const char *argv[] = {"init", "--config", tiny_config(), "--out", in_dir("t"), "--draft-out", in_dir("d"),
+                          "--draft-layers", "1", "--seed", "5", "--json", NULL};
+    char *err = NULL;
+    char *out = run_ok(argv, &err);
+    cJSON *j = parse_run_json(out);
+    cr_expect_str_eq(cJSON_GetObjectItem(j, "out")->valuestring, in_dir("t"));
+    cr_expect_str_eq(cJSON_GetObjectItem(j, "draft")->valuestring, in_dir("d"));
+    cr_expect_eq(num(j, "draft_layers"), 1);
+    cr_expect_eq(num(j, "seed"), 5);
+    cr_expect_gt(num(j, "tensors"), 0);
+    cr_expect_gt(num(j, "bytes"), 0);
+    cr_expect_str_eq(cJSON_GetObjectItem(j, "dtype")->valuestring, "bf16");
+    cr_expect(err && strstr(err, "wrote"), "<<%s>>", err ? err : "");
+    cJSON_Delete(j);
+    free(out);
+    free(err);
+}
+
 // forward --json: one object naming what it wrote, and each position's argmax is the argmax
 // (the lower id on ties) of that row of the file.
 Test(cli, forward_json_matches_the_file) {

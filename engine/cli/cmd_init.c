@@ -1,4 +1,5 @@
 // cmd_init.c — `specdec init`: synthesise a model directory, and optionally its derived draft.
+#include <cjson/cJSON.h>
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -13,7 +14,7 @@
 
 static const char *HELP =
     "usage: specdec init --config FILE --out DIR [--seed S] [--dtype bf16|f32]\n"
-    "                    [--shard-size BYTES] [--progress]\n"
+    "                    [--shard-size BYTES] [--progress] [--json]\n"
     "                    [--draft-out DIR --draft-layers N [--tail-scale E]]\n\n"
     "Synthesise DIR/config.json + DIR/model.safetensors from a config, or, above --shard-size,\n"
     "the shards model-0000N-of-0000M.safetensors + model.safetensors.index.json. The same seed\n"
@@ -26,6 +27,7 @@ static const char *HELP =
     "  --shard-size BYTES most tensor bytes per shard (default 5GB, as the hub writes); a number\n"
     "                     with an optional suffix KB MB GB TB (powers of 1000) or KiB MiB GiB TiB\n"
     "  --progress         bytes written on stderr even when it is not a terminal\n"
+    "  --json             one JSON object on stdout: the folders written, tensors, bytes, seed, dtype\n"
     "  --draft-out DIR    also write the derived draft: the target's first N layers with its\n"
     "                     embedding, final norm and head (a directory other than --out)\n"
     "  --draft-layers N   N for the draft (1..L)\n"
@@ -107,7 +109,7 @@ int cmd_init(int argc, char **argv) {
     const char *seed_s = sd_args_str(&a, "--seed"), *dtype_s = sd_args_str(&a, "--dtype");
     const char *draft_out = sd_args_str(&a, "--draft-out"), *layers_s = sd_args_str(&a, "--draft-layers");
     const char *tail_s = sd_args_str(&a, "--tail-scale"), *shard_s = sd_args_str(&a, "--shard-size");
-    const bool progress = sd_args_flag(&a, "--progress");
+    const bool progress = sd_args_flag(&a, "--progress"), json = sd_args_flag(&a, "--json");
     bool ok = sd_args_done(&a);
     sd_args_free(&a);
     if (!ok) return EXIT_USAGE;
@@ -158,7 +160,8 @@ int cmd_init(int argc, char **argv) {
     pc.dir = out;
     sd_code rc = sd_model_stage(&m, out, &wo, &target, &st);
     const int n_specs = m.w.n_specs;
-    const double mb = m.w.arena_bytes / 1e6;
+    const size_t bytes = m.w.arena_bytes;
+    const double mb = bytes / 1e6;
     sd_model_free(&m);
     if (!rc && draft_out) {
         rc = sd_synth_model(&m, &dcfg, &o, &st);
@@ -174,6 +177,24 @@ int cmd_init(int argc, char **argv) {
     if (!rc) fprintf(stderr, "%s: wrote %s (%d tensors, %.1f MB)\n", cmd, out, n_specs, mb);
     if (!rc && draft_out)
         fprintf(stderr, "%s: wrote draft %s (%d of %d layers)\n", cmd, draft_out, dcfg.num_hidden_layers, cfg.num_hidden_layers);
+    if (!rc && json) {
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "out", out);
+        cJSON_AddNumberToObject(j, "tensors", n_specs);
+        cJSON_AddNumberToObject(j, "bytes", (double)bytes);
+        cJSON_AddNumberToObject(j, "seed", (double)o.seed);
+        cJSON_AddStringToObject(j, "dtype", o.dtype == SD_DT_BF16 ? "bf16" : "f32");
+        if (draft_out) {
+            cJSON_AddStringToObject(j, "draft", draft_out);
+            cJSON_AddNumberToObject(j, "draft_layers", dcfg.num_hidden_layers);
+        } else {
+            cJSON_AddNullToObject(j, "draft");
+        }
+        char *txt = cJSON_PrintUnformatted(j);
+        puts(txt);
+        free(txt);
+        cJSON_Delete(j);
+    }
     sd_model_discard(&target);
     sd_model_discard(&draft);
     return rc ? sd_cli_fail(cmd, &st) : 0;
