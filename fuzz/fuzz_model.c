@@ -1,32 +1,51 @@
 // fuzz_model.c — load + one forward of a tiny model: the input is a model.safetensors for
-// configs/tiny.json (the seed corpus holds synthesised ones). Every file is refused with a
+// configs/tiny.json (the seed corpus holds synthesised ones), written into a private folder and
+// opened as that folder's checkpoint (checkpoint.h), as a model directory is. Every file is refused with a
 // status, or loaded and run over two tokens; a forward either succeeds with finite logits or
 // fails naming the layer where a non-finite value first appeared — never a crash, never NaN
 // logits with success.
+#include <fcntl.h>
 #include <math.h>
 #include <string.h>
+#include "checkpoint.h" // sd_ckpt_open, SD_CKPT_SINGLE
 #include "fuzz_input.h"
 #include "model.h" // sd_forward, sd_model_state_init
 
 static sd_config tiny;
+static char dir[64], file[128];
+
+static void remove_dir(void) {
+    unlink(file);
+    rmdir(dir);
+}
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
     sd_status st = {0};
     if (sd_config_load(SPECDEC_SOURCE_DIR "/configs/tiny.json", &tiny, &st)) { fprintf(stderr, "%s\n", st.msg); abort(); }
+    snprintf(dir, sizeof dir, "%s/fuzz_model.XXXXXX", access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
+    if (!mkdtemp(dir)) abort();
+    snprintf(file, sizeof file, "%s/" SD_CKPT_SINGLE, dir);
+    atexit(remove_dir);
     return 0;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    char path[64];
-    int fd = fuzz_memfile(data, size, path);
-    sd_st_file f;
+    int fd = open(file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) abort();
+    for (size_t done = 0; done < size;) {
+        ssize_t n = write(fd, data + done, size - done);
+        if (n <= 0) abort();
+        done += (size_t)n;
+    }
+    close(fd);
+    sd_checkpoint f;
     sd_status st = {0};
-    if (sd_st_open(path, &f, &st) == SD_OK) {
+    if (sd_ckpt_open(dir, &f, &st) == SD_OK) {
         sd_model m;
         memset(&m, 0, sizeof m);
         m.cfg = tiny;
-        if (sd_weights_load(&m.cfg, &f, path, &m.w, &st) == SD_OK) {
+        if (sd_weights_load(&m.cfg, &f, &m.w, &st) == SD_OK) {
             sd_state s;
             if (sd_model_state_init(&m, &s, 4, 2, &st)) abort();
             const int tokens[2] = {size % 64, (size / 64) % 64};
@@ -41,8 +60,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             sd_state_free(&s);
             sd_weights_free(&m.w);
         }
-        sd_st_close(&f);
+        sd_ckpt_close(&f);
     }
-    close(fd);
     return 0;
 }
