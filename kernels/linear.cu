@@ -40,6 +40,7 @@ typedef struct {
                // blocks: half the norm prologues); more for narrow rows (narrow_rpw); 1 for SwiGLU
                // jobs and in a BULK launch where two would pass LIN_BULK_MAX
     int x_norm; // x is the fused norm's output: read the block's shared copy
+    int *flag, site; // the job's non-finite flag (STORE/ADD outputs), or NULL
 } lin_seg;
 
 typedef struct {
@@ -84,8 +85,10 @@ __device__ __forceinline__ void lin_store(const lin_seg &s, int row, bool two, i
         if (glu) {
             *yo = sd_dev_silu(v0) * v1;
         } else {
-            *yo = s.mode == SD_LIN_ADD ? *yo + v0 : v0;
-            if (two) yo[1] = s.mode == SD_LIN_ADD ? yo[1] + v1 : v1;
+            const float o0 = s.mode == SD_LIN_ADD ? *yo + v0 : v0, o1 = two ? (s.mode == SD_LIN_ADD ? yo[1] + v1 : v1) : 0.0f;
+            *yo = o0;
+            if (two) yo[1] = o1;
+            if (s.flag && !(isfinite(o0) && isfinite(o1))) atomicMin(s.flag, s.site);
         }
     }
 }
@@ -257,7 +260,8 @@ static sd_code launch(const sd_lin_job *jobs, int n, int t0, int T, const sd_lin
                        .x = j->x + (size_t)t0 * j->ldx, .y = j->y + (size_t)t0 * j->ldy, .rows = j->w->rows,
                        .cols = j->w->cols, .ldx = j->ldx, .ldy = j->ldy, .mode = (int)j->mode,
                        .bf16 = j->w->dtype == SD_DT_BF16, .bf16_2 = glu && j->w2->dtype == SD_DT_BF16,
-                       .xfast = sd_aligned16(j->x) && j->ldx % 4 == 0, .blk0 = blocks, .rpw = rpw, .x_norm = x_norm};
+                       .xfast = sd_aligned16(j->x) && j->ldx % 4 == 0, .blk0 = blocks, .rpw = rpw, .x_norm = x_norm,
+                       .flag = j->flag, .site = j->site};
         const size_t tb = (size_t)SD_LIN_WARPS * rpw * j->w->cols *
                           ((j->w->dtype == SD_DT_BF16 ? 2 : 4) + (glu ? (j->w2->dtype == SD_DT_BF16 ? 2 : 4) : 0));
         if (tb > tile) tile = tb;

@@ -32,6 +32,8 @@ typedef struct {
     float *y;
     int ldy;
     sd_lin_mode mode;
+    int *flag; // STORE/ADD: an output written that is not finite sets this non-finite flag to site
+    int site;  //   (finite.h), when lower; NULL: no check (the head's logits use it)
 } sd_lin_job;
 
 // Every job over the same T tokens in one launch (per 8 jobs and 32-token tile); each output

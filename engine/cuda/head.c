@@ -44,7 +44,10 @@ static sd_code head_rows(sd_cuda_backend *b, const sd_model *m, sd_state *s, int
     sd_scratch *x = &s->scratch;
     const sd_lin_norm norm = {.x = x->x + (size_t)first * D, .w = m->w.final_norm, .eps = c->rms_norm_eps, .n = D,
                               .out = x->a, .flag = b->nonfinite, .site = sd_nonfinite_site_ffn(c->num_hidden_layers - 1)};
-    const sd_lin_job j = {.w = &m->w.lm_head, .x = x->a, .ldx = D, .y = y, .ldy = m->w.lm_head.rows, .mode = SD_LIN_STORE};
+    // The logits are checked as the launch writes them (linear.h: a finite stream can still
+    // overflow there).
+    const sd_lin_job j = {.w = &m->w.lm_head, .x = x->a, .ldx = D, .y = y, .ldy = m->w.lm_head.rows, .mode = SD_LIN_STORE,
+                          .flag = b->nonfinite, .site = sd_nonfinite_site_head(c)};
     return sd_cuda_linear_multi_norm(&j, 1, n_out, &norm, b->stream, st);
 }
 
@@ -65,30 +68,27 @@ static sd_code group_logits(sd_cuda_backend *b, const sd_model *m, sd_state *s, 
     return sd_cuda_tp_lay_rows(g.tp_gather, &v, n_out, block, m->cfg.vocab_size, s->scratch.logits, b->stream, st);
 }
 
-// The head's rows checked (a finite stream can still overflow there), then the flag's copy: the
-// last launches of every head, captured or eager.
-static sd_code check_rows(sd_cuda_backend *b, const sd_model *m, const float *rows, size_t n, sd_status *st) {
-    SD_TRY(sd_cuda_finite_check(rows, n, sd_nonfinite_site_head(&m->cfg), b->nonfinite, b->stream, st));
-    return sd_cuda_nonfinite_copy(b, st);
-}
+// The flag's copy (the lm_head launch has checked the rows): the last launch of every head,
+// captured or eager.
+static sd_code check_rows(sd_cuda_backend *b, sd_status *st) { return sd_cuda_nonfinite_copy(b, st); }
 
 sd_code sd_cuda_head_logits(sd_cuda_backend *b, const sd_model *m, sd_state *s, int first, int n_out, sd_status *st) {
     if (m->comm) SD_TRY(group_logits(b, m, s, first, n_out, st));
     else SD_TRY(head_rows(b, m, s, first, n_out, s->scratch.logits, st));
-    return check_rows(b, m, s->scratch.logits, (size_t)n_out * m->cfg.vocab_size, st);
+    return check_rows(b, st);
 }
 
 sd_code sd_cuda_head_argmax(sd_cuda_backend *b, const sd_model *m, sd_state *s, int first, int n_out, int *out, sd_status *st) {
     const sd_cuda_scratch g = sd_cuda_scratch_of(s);
     if (!m->comm) {
         SD_TRY(head_rows(b, m, s, first, n_out, s->scratch.logits, st));
-        SD_TRY(check_rows(b, m, s->scratch.logits, (size_t)n_out * m->cfg.vocab_size, st));
+        SD_TRY(check_rows(b, st));
         return sd_cuda_argmax(s->scratch.logits, n_out, m->cfg.vocab_size, out, g.argmax_ws, b->stream, st);
     }
     sd_comm *comm = m->comm;
     const sd_tp_range mine = comm->plan->rank[comm->rank].vocab;
     SD_TRY(head_rows(b, m, s, first, n_out, g.tp_head, st));
-    SD_TRY(check_rows(b, m, g.tp_head, (size_t)n_out * (size_t)mine.count, st)); // this rank's slice
+    SD_TRY(check_rows(b, st)); // this rank's slice, checked by its lm_head launch
     SD_TRY(sd_cuda_argmax(g.tp_head, n_out, mine.count, g.tp_idx, g.argmax_ws, b->stream, st)); // none at count 0
     SD_TRY(sd_cuda_tp_argmax_pairs(g.tp_head, n_out, mine.count, mine.first, g.tp_idx, g.tp_pairs, b->stream, st));
     SD_TRY(sd_comm_gather_to(comm, SD_COMM_ALL_GATHER, -1, "head argmax", g.tp_pairs, sizeof(sd_cuda_tp_pick) * (size_t)n_out,
@@ -113,7 +113,11 @@ sd_code sd_cuda_head(sd_cuda_backend *b, const sd_model *m, sd_state *s, int T, 
     const sd_cuda_scratch g = sd_cuda_scratch_of(s);
 
     if (sampled) SD_TRY(ensure_sample_buffers(b, s->max_T > T ? s->max_T : T, st));
-    if (!sd_cuda_head_launches(logits, opts)) SD_TRY(sd_cuda_nonfinite_copy(b, st)); // else the head's rows copy it
+    if (!sd_cuda_head_launches(logits, opts)) { // no head: no final norm checks what the last FFN left
+        SD_TRY(sd_cuda_finite_check(x->x, (size_t)T * c->hidden_size, sd_nonfinite_site_ffn(c->num_hidden_layers - 1),
+                                    b->nonfinite, q, st));
+        SD_TRY(sd_cuda_nonfinite_copy(b, st)); // else the head's rows copy it
+    }
     if (!logits && !sampling && argmax) { // argmaxes alone: the logits stay on the device
         SD_TRY(sd_cuda_head_argmax(b, m, s, first, n_out, b->argmax_host, st));
     } else if (sd_cuda_head_launches(logits, opts)) { // whole rows
