@@ -202,6 +202,37 @@ Test(checkpoint, index_faults_are_named) {
     }
 }
 
+// fuzz_shard_index's two findings (both its own assumptions, kept as the rules): a shard the
+// index does not name is not part of the checkpoint (a stray file beside it), and an index that
+// names no tensor is refused.
+Test(checkpoint, index_rules_the_fuzzer_found) {
+    sd_model m;
+    save_tiny(&m, "stray", SMALL_SHARD);
+    sd_model_free(&m);
+    cJSON *ix = read_index(in_tmp("stray")), *map = cJSON_GetObjectItem(ix, "weight_map");
+    const char *last = cJSON_GetObjectItem(map, "lm_head.weight")->valuestring;
+    cJSON *only = cJSON_CreateObject(), *only_map = cJSON_AddObjectToObject(only, "weight_map");
+    const cJSON *kv;
+    int kept = 0;
+    cJSON_ArrayForEach(kv, map) // the last shard's tensors alone
+        if (!strcmp(kv->valuestring, last)) cJSON_AddItemToObject(only_map, kv->string, cJSON_CreateString(last)), kept++;
+    write_index(in_tmp("stray"), only);
+    sd_checkpoint c;
+    sd_status st = {0};
+    cr_assert_eq(sd_ckpt_open(in_tmp("stray"), &c, &st), SD_OK, "%s", st.msg);
+    cr_expect_eq(c.n_shards, 1, "the shards the index names, only");
+    cr_expect_eq(c.n, kept);
+    sd_ckpt_close(&c);
+    cJSON *empty = cJSON_CreateObject();
+    cJSON_AddObjectToObject(empty, "weight_map");
+    write_index(in_tmp("stray"), empty);
+    cr_assert_eq(sd_ckpt_open(in_tmp("stray"), &c, &st), SD_ERR_DATA);
+    cr_expect(strstr(st.msg, "names no tensor") && strstr(st.msg, SD_CKPT_INDEX), "%s", st.msg);
+    cJSON_Delete(ix);
+    cJSON_Delete(only);
+    cJSON_Delete(empty);
+}
+
 Test(checkpoint, both_layouts_or_neither_refused) {
     sd_model m, l;
     save_tiny(&m, "both", SMALL_SHARD);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
 #include <sys/stat.h>
 #include "digest.h" // sd_sha256_file, sd_sha256_buf
 
@@ -44,13 +45,25 @@ static int cmp_entry(const void *a, const void *b) {
 static sd_code read_text(const char *path, char **out, size_t *len, sd_status *st) {
     FILE *f = sd_fopen_regular(path, st); // a FIFO must not block the open
     if (!f) return st ? st->code : SD_ERR_SYS;
-    char *buf = malloc(INDEX_MAX_BYTES + 1);
-    size_t n = buf ? fread(buf, 1, INDEX_MAX_BYTES + 1, f) : 0;
+    // The buffer is the file's size (refused above INDEX_MAX_BYTES before anything is allocated),
+    // plus one byte to see a file that grew since.
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0) {
+        fclose(f);
+        return sd_fail(st, SD_ERR_SYS, "%s: fstat: %s", path, strerror(errno));
+    }
+    if ((uint64_t)sb.st_size > INDEX_MAX_BYTES) {
+        fclose(f);
+        return sd_fail(st, SD_ERR_DATA, "%s: larger than %u bytes", path, INDEX_MAX_BYTES);
+    }
+    const size_t cap = (size_t)sb.st_size + 1;
+    char *buf = malloc(cap + 1);
+    size_t n = buf ? fread(buf, 1, cap, f) : 0;
     bool err = ferror(f);
     fclose(f);
     if (!buf) return sd_fail(st, SD_ERR_SYS, "%s: out of memory", path);
     if (err) { free(buf); return sd_fail(st, SD_ERR_SYS, "%s: read error", path); }
-    if (n > INDEX_MAX_BYTES) { free(buf); return sd_fail(st, SD_ERR_DATA, "%s: larger than %u bytes", path, INDEX_MAX_BYTES); }
+    if (n == cap) { free(buf); return sd_fail(st, SD_ERR_DATA, "%s: changed while it was read", path); }
     buf[n] = '\0';
     if (strlen(buf) != n) { free(buf); return sd_fail(st, SD_ERR_DATA, "%s: holds a NUL byte", path); }
     *out = buf;
@@ -80,6 +93,10 @@ static sd_code parse_index(const char *path, cJSON **doc, index_pair **pairs, in
         return sd_fail(st, SD_ERR_DATA, "%s: key 'weight_map': must be an object of tensor name -> shard file", path);
     }
     int n = cJSON_GetArraySize(map);
+    if (n == 0) {
+        cJSON_Delete(root);
+        return sd_fail(st, SD_ERR_DATA, "%s: key 'weight_map': names no tensor", path);
+    }
     index_pair *p = malloc((size_t)(n ? n : 1) * sizeof *p);
     if (!p) { cJSON_Delete(root); return sd_fail(st, SD_ERR_SYS, "%s: out of memory", path); }
     int i = 0;
