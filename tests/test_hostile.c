@@ -229,6 +229,24 @@ Test(hostile, fifo_and_directory_as_prompt_file) {
     expect_fail("--prompt-file folder", argv2, 1, "not a regular file (a directory)");
 }
 
+// A FIFO as a shard index, or as a receipt to parse or compare: refused at once, naming it.
+Test(hostile, fifo_as_index_and_as_receipt) {
+    init_model("m", "1", NULL, NULL, NULL);
+    const char *w = in_dir("m/model.safetensors"), *ix = in_dir("m/model.safetensors.index.json");
+    cr_assert_eq(unlink(w), 0);
+    cr_assert_eq(mkfifo(ix, 0600), 0, "mkfifo: %s", strerror(errno));
+    sd_model m;
+    sd_status st = {0};
+    cr_expect_eq(sd_model_load(&m, in_dir("m"), &st), SD_ERR_SYS);
+    cr_expect(strstr(st.msg, "model.safetensors.index.json: not a regular file (a FIFO)"), "%s", st.msg);
+    const char *r = in_dir("receipt.jsonl");
+    cr_assert_eq(mkfifo(r, 0600), 0);
+    const char *parse[] = {"receipt", "parse", r, NULL};
+    expect_fail("receipt parse FIFO", parse, 1, "not a regular file (a FIFO)");
+    const char *cmp[] = {"receipt", "compare", r, r, NULL};
+    expect_fail("receipt compare FIFO", cmp, 1, "not a regular file (a FIFO)");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Non-finite activations: a NaN planted in one weight of one layer fails the forward naming that
 // layer; the state is left as it was.

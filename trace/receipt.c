@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "atomic_file.h" // sd_atomic_open, sd_atomic_commit
+#include "file_open.h"   // sd_fopen_regular
 #include "metrics.h"     // trace_metrics_add_vllm
 
 static const char *const receipt_phase_names[TRACE_N_PHASES] = {
@@ -39,8 +40,8 @@ static sd_code receipt_set_push(receipt_set *s, const receipt_burst *r, sd_statu
 }
 
 static sd_code receipt_read_file(const char *path, char **text, sd_status *st) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return sd_fail(st, SD_ERR_SYS, "%s: cannot open: %s", path, strerror(errno));
+    FILE *f = sd_fopen_regular(path, st); // a FIFO must not block `receipt parse` or `compare`
+    if (!f) return st->code;
     size_t cap = 1 << 16, n = 0;
     char *buf = malloc(cap);
     while (buf) {

@@ -1,5 +1,6 @@
 // nccl_comm.c — a device group's collectives over NCCL (nccl_comm.h).
 #include "nccl_comm.h"
+#include "file_open.h" // sd_fopen_regular
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -213,7 +214,8 @@ static sd_code exchange_id(const sd_nccl_opts *o, ncclUniqueId *id, double deadl
         return SD_OK;
     }
     for (;;) {
-        FILE *f = fopen(o->id_file, "rb");
+        sd_status absent = {0}; // not there yet (or not a regular file): wait, within the deadline
+        FILE *f = sd_fopen_regular(o->id_file, &absent);
         if (f) {
             const size_t got = fread(id, sizeof *id, 1, f);
             fclose(f);
