@@ -4,7 +4,6 @@
 // status, or loaded and run over two tokens; a forward either succeeds with finite logits or
 // fails naming the layer where a non-finite value first appeared — never a crash, never NaN
 // logits with success.
-#include <fcntl.h>
 #include <math.h>
 #include <string.h>
 #include "checkpoint.h" // sd_ckpt_open, SD_CKPT_SINGLE
@@ -23,22 +22,14 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
     sd_status st = {0};
     if (sd_config_load(SPECDEC_SOURCE_DIR "/configs/tiny.json", &tiny, &st)) { fprintf(stderr, "%s\n", st.msg); abort(); }
-    snprintf(dir, sizeof dir, "%s/fuzz_model.XXXXXX", access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
-    if (!mkdtemp(dir)) abort();
+    fuzz_private_dir(dir, "fuzz_model");
     snprintf(file, sizeof file, "%s/" SD_CKPT_SINGLE, dir);
     atexit(remove_dir);
     return 0;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    int fd = open(file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) abort();
-    for (size_t done = 0; done < size;) {
-        ssize_t n = write(fd, data + done, size - done);
-        if (n <= 0) abort();
-        done += (size_t)n;
-    }
-    close(fd);
+    fuzz_write_file(file, data, size);
     sd_checkpoint f;
     sd_status st = {0};
     if (sd_ckpt_open(dir, &f, &st) == SD_OK) {

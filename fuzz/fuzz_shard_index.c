@@ -4,7 +4,6 @@
 // tensor of the shards is found under its own name in the shard the index names — or is refused
 // with a one-line status; never a crash or a leak. (A shard the index does not name is not part
 // of the checkpoint, as a stray file beside it: an index naming only c opens with one tensor.)
-#include <fcntl.h>
 #include <string.h>
 #include "checkpoint.h" // sd_ckpt_open, sd_ckpt_find, sd_ckpt_close
 #include "fuzz_input.h"
@@ -24,8 +23,7 @@ static void remove_shards(void) {
 
 // Two shards: model-00001-of-00002 holds a and b, model-00002-of-00002 holds c.
 static void make_shards(void) {
-    snprintf(dir, sizeof dir, "%s/fuzz_index.XXXXXX", access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
-    if (!mkdtemp(dir)) abort();
+    fuzz_private_dir(dir, "fuzz_index");
     atexit(remove_shards);
     static float v[4] = {1, 2, 3, 4};
     sd_st_tensor t[3];
@@ -44,14 +42,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!dir[0]) make_shards();
     char path[128];
     snprintf(path, sizeof path, "%s/" SD_CKPT_INDEX, dir);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) abort();
-    for (size_t done = 0; done < size;) {
-        ssize_t n = write(fd, data + done, size - done);
-        if (n <= 0) abort();
-        done += (size_t)n;
-    }
-    close(fd);
+    fuzz_write_file(path, data, size);
     sd_checkpoint c;
     sd_status st = {0};
     if (sd_ckpt_open(dir, &c, &st) == SD_OK) {
