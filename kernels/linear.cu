@@ -9,7 +9,10 @@
 // in the same warp (one x load for both); from 3 tokens up a STORE/ADD warp takes two adjacent
 // rows, so each x load feeds two rows (the x loads from L1 are what bounds a many-token tile),
 // and so does it in a launch with the norm fused, whose every block recomputes the norm first:
-// half the blocks, half the prologues (docs/EXPERIMENTS.md#linear-two-rows-a-warp).
+// half the blocks, half the prologues (docs/EXPERIMENTS.md#linear-two-rows-a-warp). A verify-sized
+// launch (3..9 tokens, each count its own instance) whose rows fill the device at four rows a
+// warp takes four, and its pairs load the next chunks while they fold
+// (docs/EXPERIMENTS.md#linear-verify-four-rows).
 // One or two tokens (BULK): the block's first thread bulk-copies the block's weight rows into
 // shared memory at once, before the wait for the predecessor and the fused norm, and the warps
 // dot them from there. With 4 tokens or more the sums hold the registers, so few chunks a lane
@@ -113,6 +116,36 @@ __device__ __forceinline__ void lin_dot_shared(const char *w0, bool bf0, const c
     }
 }
 
+// Rows a warp of a verify-sized (3..9 tokens) STORE/ADD launch with enough rows to fill the device at that many:
+// four rows share each x load, halving the L1 traffic that bounds a many-token warp (the x
+// loads: T per weight chunk); a job too small for two blocks a multiprocessor at four keeps two.
+#define LIN_QUAD_ROWS 4
+
+// Rows row .. row+3 (those below s.rows) of a STORE/ADD job at TMAX >= 3 tokens: one four-row dot
+// when all four are there on the fast path (bf16, aligned), else two pairs; then their stores.
+template <int TMAX>
+__device__ __forceinline__ void lin_quad(const lin_seg &s, int row, size_t pitch, const sd_lin_rows &xs, int T, uint64_t pol) {
+    const int nq = min(4, s.rows - row);
+    const char *w0 = (const char *)s.w + (size_t)row * pitch;
+    float acc[4][TMAX];
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+#pragma unroll
+        for (int t = 0; t < TMAX; t++) acc[r][t] = 0.0f;
+    if (nq == 4 && s.bf16 && s.xfast && sd_lin_fast_w<true>(w0, s.cols) && pitch % 16 == 0) {
+        const char *w[4] = {w0, w0 + pitch, w0 + 2 * pitch, w0 + 3 * pitch};
+        sd_lin_dot_fast<TMAX, 4, true, 1, sd_lin_rows>(w, s.cols, xs, T, acc, pol);
+    } else {
+        sd_lin_dot<TMAX, sd_lin_rows, sd_lin_unroll<TMAX>::one, sd_lin_unroll<TMAX>::two, (TMAX <= 9)>(
+            w0, s.bf16, nq > 1 ? w0 + pitch : nullptr, s.bf16, s.cols, xs, T, s.xfast, acc, pol);
+        if (nq > 2)
+            sd_lin_dot<TMAX, sd_lin_rows, sd_lin_unroll<TMAX>::one, sd_lin_unroll<TMAX>::two, (TMAX <= 9)>(
+                w0 + 2 * pitch, s.bf16, nq > 3 ? w0 + 3 * pitch : nullptr, s.bf16, s.cols, xs, T, s.xfast, acc + 2, pol);
+    }
+    lin_store<TMAX>(s, row, nq > 1, T, acc);
+    if (nq > 2) lin_store<TMAX>(s, row + 2, nq > 3, T, acc + 2);
+}
+
 // A block of SD_LIN_WARPS warps per SD_LIN_WARPS·rpw rows of one job (grid: every job's blocks, blk0
 // onwards). BULK (one or two tokens; every job's rows 16-byte aligned, a block's rows within
 // LIN_BULK_MAX bytes): thread 0 bulk-copies the block's weight rows (and, for SwiGLU, its up
@@ -154,10 +187,16 @@ linear_kernel(const __grid_constant__ lin_params p) {
     else if (BULK) __syncthreads(); // the barrier is initialised before any thread waits on it
     const sd_lin_rows xs = {s.x_norm ? a_sh : s.x, s.x_norm ? (size_t)p.nn : (size_t)s.ldx};
     if (BULK) sd_bulk_wait(bar, 0);
-    // The warp's rows wi .. wi+rpw-1 of the block, two at a time (a SwiGLU job: its one gate/up pair).
-    for (int rr = 0; rr < s.rpw; rr += 2) {
+    // The warp's rows wi .. wi+rpw-1 of the block, two at a time (a SwiGLU job: its one gate/up
+    // pair) or, many-token STORE/ADD jobs of LIN_QUAD_ROWS rows a warp, four at a time.
+    const int step = !BULK && TMAX >= 3 && TMAX <= 9 && !glu && s.rpw % 4 == 0 ? 4 : 2;
+    for (int rr = 0; rr < s.rpw; rr += step) {
         const int wi = (threadIdx.x >> 5) * s.rpw + rr, row = first + wi; // in the block, in the matrix
         if (row >= s.rows) return;                                          // whole warp
+        if (!BULK && TMAX >= 3 && TMAX <= 9 && step == 4) {
+            lin_quad<TMAX>(s, row, pitch, xs, p.T, pol);
+            continue;
+        }
         const bool two = glu || (rr + 1 < s.rpw && row + 1 < s.rows);
         float acc[2][TMAX];
 #pragma unroll
@@ -171,7 +210,8 @@ linear_kernel(const __grid_constant__ lin_params p) {
         } else {
             const void *w0 = (const char *)s.w + (size_t)row * pitch;
             const void *w1 = !two ? nullptr : glu ? (const char *)s.w2 + (size_t)row * pitch2 : (const char *)w0 + pitch;
-            sd_lin_dot<TMAX>(w0, s.bf16, w1, glu ? s.bf16_2 : s.bf16, s.cols, xs, p.T, s.x_norm ? true : s.xfast, acc, pol);
+            sd_lin_dot<TMAX, sd_lin_rows, sd_lin_unroll<TMAX>::one, sd_lin_unroll<TMAX>::two, (TMAX >= 3 && TMAX <= 9)>(
+                w0, s.bf16, w1, glu ? s.bf16_2 : s.bf16, s.cols, xs, p.T, s.x_norm ? true : s.xfast, acc, pol);
         }
         lin_store<TMAX>(s, row, two, p.T, acc);
     }
@@ -238,8 +278,14 @@ static sd_code launch(const sd_lin_job *jobs, int n, int t0, int T, const sd_lin
     // fused, more for narrow rows.
     const int sms = device_sms();
     int rpw0[LIN_MAXJOB];
+    long plain_rows = 0; // the launch's STORE/ADD rows: four a warp when they fill the device at four
     for (int i = 0; i < n; i++)
-        rpw0[i] = narrow_rpw(&jobs[i], jobs[i].mode != SD_LIN_SWIGLU && (T >= 3 || norm) ? 2 : 1, sms);
+        if (jobs[i].mode != SD_LIN_SWIGLU) plain_rows += jobs[i].w->rows;
+    const bool quad = T >= 3 && T <= 9 && sms > 0 && plain_rows >= 2L * sms * SD_LIN_WARPS * LIN_QUAD_ROWS;
+    for (int i = 0; i < n; i++) {
+        const bool q4 = quad && jobs[i].mode != SD_LIN_SWIGLU;
+        rpw0[i] = narrow_rpw(&jobs[i], q4 ? LIN_QUAD_ROWS : jobs[i].mode != SD_LIN_SWIGLU && (T >= 3 || norm) ? 2 : 1, sms);
+    }
     // BULK for one or two tokens when every job can take it, at its BULK rows a warp.
     bool bulk = T <= 2;
     int rpws[LIN_MAXJOB];
@@ -278,7 +324,11 @@ static sd_code launch(const sd_lin_job *jobs, int n, int t0, int T, const sd_lin
     }
     void (*kernel)(const lin_params) = T <= 1 ? (bulk ? linear_kernel<1, true> : linear_kernel<1, false>)
                                       : T <= 2 ? (bulk ? linear_kernel<2, true> : linear_kernel<2, false>)
-                                      : T <= 4 ? linear_kernel<4, false> : T <= 8 ? linear_kernel<8, false>
+                                      // the verify sizes (k + 1 <= 9) each at its own count: no idle sums
+                                      : T == 3 ? linear_kernel<3, false> : T == 4 ? linear_kernel<4, false>
+                                      : T == 5 ? linear_kernel<5, false> : T == 6 ? linear_kernel<6, false>
+                                      : T == 7 ? linear_kernel<7, false> : T == 8 ? linear_kernel<8, false>
+                                      : T == 9 ? linear_kernel<9, false>
                                       : T <= 16 ? linear_kernel<16, false> : linear_kernel<32, false>;
     if (bulk) SD_CUDA_CHECK(st, sd_allow_smem((const void *)kernel, smem));
     SD_CUDA_CHECK(st, sd_launch(kernel, blocks, SD_LIN_WARPS * 32, smem, stream, p));

@@ -94,19 +94,33 @@ template <int TMAX> struct sd_lin_gather {
 // Fast path: NW weight rows (16-byte aligned, cols a multiple of VEC) against the same n <= TMAX
 // input rows (16-byte aligned). acc[r][t] += row r · x_t, lane partials (caller folds them).
 // SH: the rows are in shared memory (plain loads instead of the read-only global path).
-template <int TMAX, int NW, bool BF16, int U, class X, bool SH = false>
+// PIPE: the next iteration's weight chunks are loaded before this iteration's are used, so a
+// many-token warp (whose folds take longer than a load) keeps its loads in flight while it folds.
+template <int TMAX, int NW, bool BF16, int U, class X, bool SH = false, bool PIPE = false>
 __device__ __forceinline__ void sd_lin_dot_fast(const char *const *w, int cols, const X &xs, int n,
                                                 float (*acc)[TMAX], uint64_t pol = 0) {
     constexpr int VEC = sd_lin_vec<BF16>::n;
     const int lane = threadIdx.x & 31, nchunk = cols / VEC;
-    for (int c0 = lane; c0 < nchunk; c0 += 32 * U) {
-        uint4 wv[NW][U];
+    uint4 wv[NW][U], nx[NW][U];
+    auto load = [&](uint4 (*dst)[U], int c0) {
 #pragma unroll
         for (int u = 0; u < U; u++)
 #pragma unroll
             for (int r = 0; r < NW; r++)
                 if (c0 + 32 * u < nchunk)
-                    wv[r][u] = SH ? ((const uint4 *)w[r])[c0 + 32 * u] : sd_ldg_pol((const uint4 *)w[r] + c0 + 32 * u, pol);
+                    dst[r][u] = SH ? ((const uint4 *)w[r])[c0 + 32 * u] : sd_ldg_pol((const uint4 *)w[r] + c0 + 32 * u, pol);
+    };
+    if (PIPE) load(nx, lane);
+    for (int c0 = lane; c0 < nchunk; c0 += 32 * U) {
+        if (PIPE) {
+#pragma unroll
+            for (int u = 0; u < U; u++)
+#pragma unroll
+                for (int r = 0; r < NW; r++) wv[r][u] = nx[r][u];
+            load(nx, c0 + 32 * U);
+        } else {
+            load(wv, c0);
+        }
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int c = c0 + 32 * u;
@@ -159,22 +173,23 @@ __device__ __forceinline__ bool sd_lin_fast_w(const void *w, int cols) {
 // add bytes in flight (docs/EXPERIMENTS.md#linear-unroll); from 4 tokens up the Linear kernel
 // also bulk-prefetches into L2.
 template <int TMAX> struct sd_lin_unroll {
-    static constexpr int one = TMAX <= 8 ? 4 : 2;
-    static constexpr int two = TMAX <= 8 ? 2 : 1;
+    static constexpr int one = TMAX <= 9 ? 4 : 2;
+    static constexpr int two = TMAX <= 9 ? 2 : 1;
 };
 
 // One or two weight rows (dtype known at run time, warp-uniform) against n input rows: the
 // entry point the kernels use. w1 may be NULL (one row). xfast: every input row 16-byte aligned.
-// pol: the weight loads' L2 policy (common.cuh's sd_l2_evict_first; 0: none).
-template <int TMAX, class X, int U1 = sd_lin_unroll<TMAX>::one, int U2 = sd_lin_unroll<TMAX>::two>
+// pol: the weight loads' L2 policy (common.cuh's sd_l2_evict_first; 0: none). PIPE: as
+// sd_lin_dot_fast's, on its fast paths.
+template <int TMAX, class X, int U1 = sd_lin_unroll<TMAX>::one, int U2 = sd_lin_unroll<TMAX>::two, bool PIPE = false>
 __device__ __forceinline__ void sd_lin_dot(const void *w0, bool bf0, const void *w1, bool bf1, int cols, const X &xs,
                                            int n, bool xfast, float (*acc)[TMAX], uint64_t pol = 0) {
     if (w1 && bf0 == bf1 && xfast) {
         const char *w[2] = {(const char *)w0, (const char *)w1};
         if (bf0 && sd_lin_fast_w<true>(w0, cols) && sd_lin_fast_w<true>(w1, cols))
-            return sd_lin_dot_fast<TMAX, 2, true, U2>(w, cols, xs, n, acc, pol);
+            return sd_lin_dot_fast<TMAX, 2, true, U2, X, false, PIPE>(w, cols, xs, n, acc, pol);
         if (!bf0 && sd_lin_fast_w<false>(w0, cols) && sd_lin_fast_w<false>(w1, cols))
-            return sd_lin_dot_fast<TMAX, 2, false, U2>(w, cols, xs, n, acc, pol);
+            return sd_lin_dot_fast<TMAX, 2, false, U2, X, false, PIPE>(w, cols, xs, n, acc, pol);
     }
     const void *ws[2] = {w0, w1};
     const bool bs[2] = {bf0, bf1};
@@ -183,10 +198,10 @@ __device__ __forceinline__ void sd_lin_dot(const void *w0, bool bf0, const void 
         if (r == 1 && !w1) break;
         const char *w[1] = {(const char *)ws[r]};
         if (bs[r]) {
-            if (xfast && sd_lin_fast_w<true>(ws[r], cols)) sd_lin_dot_fast<TMAX, 1, true, U1>(w, cols, xs, n, acc + r, pol);
+            if (xfast && sd_lin_fast_w<true>(ws[r], cols)) sd_lin_dot_fast<TMAX, 1, true, U1, X, false, PIPE>(w, cols, xs, n, acc + r, pol);
             else sd_lin_dot_any<TMAX, true>(ws[r], cols, xs, n, acc[r]);
         } else {
-            if (xfast && sd_lin_fast_w<false>(ws[r], cols)) sd_lin_dot_fast<TMAX, 1, false, U1>(w, cols, xs, n, acc + r, pol);
+            if (xfast && sd_lin_fast_w<false>(ws[r], cols)) sd_lin_dot_fast<TMAX, 1, false, U1, X, false, PIPE>(w, cols, xs, n, acc + r, pol);
             else sd_lin_dot_any<TMAX, false>(ws[r], cols, xs, n, acc[r]);
         }
     }
