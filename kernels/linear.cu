@@ -116,8 +116,8 @@ __device__ __forceinline__ void lin_dot_shared(const char *w0, bool bf0, const c
     }
 }
 
-// Rows a warp of a verify-sized (3..9 tokens) STORE/ADD launch with enough rows to fill the device at that many:
-// four rows share each x load, halving the L1 traffic that bounds a many-token warp (the x
+// Rows a warp of a verify-sized (3..9 tokens) STORE/ADD launch with enough rows to fill the
+// device at that many: four rows share each x load, halving the L1 traffic that bounds a many-token warp (the x
 // loads: T per weight chunk); a job too small for two blocks a multiprocessor at four keeps two.
 #define LIN_QUAD_ROWS 4
 
@@ -132,7 +132,7 @@ __device__ __forceinline__ void lin_quad(const lin_seg &s, int row, size_t pitch
     for (int r = 0; r < 4; r++)
 #pragma unroll
         for (int t = 0; t < TMAX; t++) acc[r][t] = 0.0f;
-    if (nq == 4 && s.bf16 && s.xfast && sd_lin_fast_w<true>(w0, s.cols) && pitch % 16 == 0) {
+    if (nq == 4 && s.bf16 && s.xfast && sd_lin_fast_w<true>(w0, s.cols)) {
         const char *w[4] = {w0, w0 + pitch, w0 + 2 * pitch, w0 + 3 * pitch};
         sd_lin_dot_fast<TMAX, 4, true, 1, sd_lin_rows>(w, s.cols, xs, T, acc, pol);
     } else {
@@ -189,11 +189,12 @@ linear_kernel(const __grid_constant__ lin_params p) {
     if (BULK) sd_bulk_wait(bar, 0);
     // The warp's rows wi .. wi+rpw-1 of the block, two at a time (a SwiGLU job: its one gate/up
     // pair) or, many-token STORE/ADD jobs of LIN_QUAD_ROWS rows a warp, four at a time.
-    const int step = !BULK && TMAX >= 3 && TMAX <= 9 && !glu && s.rpw % 4 == 0 ? 4 : 2;
+    constexpr bool QUAD = !BULK && TMAX >= 3 && TMAX <= 9; // lin_quad's instances
+    const int step = QUAD && !glu && s.rpw % 4 == 0 ? 4 : 2;
     for (int rr = 0; rr < s.rpw; rr += step) {
         const int wi = (threadIdx.x >> 5) * s.rpw + rr, row = first + wi; // in the block, in the matrix
         if (row >= s.rows) return;                                          // whole warp
-        if (!BULK && TMAX >= 3 && TMAX <= 9 && step == 4) {
+        if (QUAD && step == 4) {
             lin_quad<TMAX>(s, row, pitch, xs, p.T, pol);
             continue;
         }

@@ -69,6 +69,8 @@ static const op_case CASES[] = {
     {.op = "sd_cuda_linear", .run = run_linear, .shape = {33, 36, 17}, .dt = SD_DT_BF16, .tol = TOL_DOT},
     {.op = "sd_cuda_linear", .run = run_linear, .shape = {8, 1024, 32}, .dt = SD_DT_BF16, .tol = TOL_DOT},
     {.op = "sd_cuda_linear", .run = run_linear, .shape = {1000, 64, 2}, .dt = SD_DT_F32, .tol = TOL_DOT},
+    {.op = "sd_cuda_linear", .note = "four rows a warp (a verify launch that fills the device), a 3-row tail", .run = run_linear, .shape = {9219, 2304, 9}, .dt = SD_DT_BF16, .tol = TOL_DOT},
+    {.op = "sd_cuda_linear", .note = "four rows a warp asked of an F32 matrix: pairs", .run = run_linear, .shape = {9218, 64, 5}, .dt = SD_DT_F32, .tol = TOL_DOT},
     {.op = "sd_cuda_linear", .note = "rows too wide for a BULK block", .run = run_linear, .shape = {37, 9216, 3}, .dt = SD_DT_BF16, .tol = TOL_DOT},
     {.op = "sd_cuda_linear", .note = "rows too wide for a BULK block", .run = run_linear, .shape = {21, 12288, 2}, .dt = SD_DT_BF16, .tol = TOL_DOT},
     {.op = "sd_cuda_linear", .note = "rows too wide for a BULK block", .run = run_linear, .shape = {19, 6144, 2}, .dt = SD_DT_F32, .tol = TOL_DOT},
