@@ -16,9 +16,12 @@
 //          sums), the KDA recurrence's 6·d² a head and token, and lm_head for the last position;
 //      and the ratio time / floor.
 // Prints a table and one JSON line per length ("bench":"gpu_prefill").
-// usage: bench_gpu_prefill [--config NAME] [--lens N,N,...] [--chunk N] [--reps N] [--seed S]
+// usage: bench_gpu_prefill [--config NAME] [--lens N,N,...] [--chunk N] [--reps N] [--seed S] [--profile]
 //        (NAME: a file in configs/ without .json, default kimi-linear-48b-a3b; lens default
-//        512,4096,32768; chunk: the prefill's piece size, default SD_CUDA_PREFILL_CHUNK)
+//        512,4096,32768; chunk: the prefill's piece size, default SD_CUDA_PREFILL_CHUNK).
+//        --profile: after a warm-up, one prefill of the first length between cudaProfilerStart and
+//        Stop (for bench/ktrace.c and `ncu --profile-from-start off`), no timing.
+#include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,14 +92,15 @@ const char *sd_bench_prog = "bench_gpu_prefill";
 
 int main(int argc, char **argv) {
     const char *name = "kimi-linear-48b-a3b", *lens_s = "512,4096,32768";
-    int chunk = 0, reps = 2;
+    int chunk = 0, reps = 2, profile = 0;
     unsigned long long seed = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help")) {
-            printf("usage: bench_gpu_prefill [--config NAME] [--lens N,N,...] [--chunk N] [--reps N] [--seed S]\n");
+            printf("usage: bench_gpu_prefill [--config NAME] [--lens N,N,...] [--chunk N] [--reps N] [--seed S] [--profile]\n");
             return 0;
         }
+        if (!strcmp(a, "--profile")) { profile = 1; continue; }
         if (!v) { fprintf(stderr, "bench_gpu_prefill: %s needs a value (see --help)\n", a); return 2; }
         if (!strcmp(a, "--config")) name = v;
         else if (!strcmp(a, "--lens")) lens_s = v;
@@ -137,6 +141,20 @@ int main(int argc, char **argv) {
     for (int i = 0; i < max_len; i++) tokens[i] = (int)(((uint64_t)i * 2654435761u + seed) % (uint64_t)cfg.vocab_size);
     float *logits = malloc(sizeof(float) * (size_t)cfg.vocab_size);
 
+    if (profile) { // one prefill of the first length, warm, inside the profiled region
+        for (int r = 0; r < 2; r++) {
+            sd_state_reset(&s);
+            if (r) SD_BENCH_CK(cudaProfilerStart());
+            SD_BENCH_OK(sd_prefill(&dev, &s, tokens, lens[0], logits, &st_));
+            if (r) SD_BENCH_CK(cudaProfilerStop());
+        }
+        printf("%s: one prefill of %d tokens profiled\n", name, lens[0]);
+        free(tokens);
+        free(logits);
+        sd_state_free(&s);
+        sd_model_free(&dev);
+        return 0;
+    }
     const double tf = token_flops(&cfg);
     printf("%s: %.2f GB of bf16 weights synthesised on the device in %.0f ms; %.2f GFLOP a token in its matrices\n", name,
            dev.w.arena_bytes / 1e9, synth_ms, tf / 1e9);
