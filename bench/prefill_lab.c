@@ -11,8 +11,9 @@
 //   model     Kimi-Linear's first four layers (dense+KDA, MoE+KDA ×2, MoE+MLA) synthesised on the
 //             device: a 300-token prefill against the token path (every position's logits and the next
 //             decode step, MODEL.md's 2e-2), then a 4096-token piece timed whole and by sublayer, and
-//             the routed experts' up GEMMs as one cublasGemmGroupedBatchedEx call against the loop of
-//             cuBLASLt calls the prefill makes (a version to measure, not used by the engine)
+//             the routed experts' up GEMMs three ways over the same rows: the engine's grouped launch
+//             (kernels/moe_grouped.h), one cuBLASLt call per expert, and one cublasGemmGroupedBatchedEx
+//             call (bf16 out; the last two are alternatives to measure, not used by the engine)
 // usage: prefill_lab [--all | --ceilings --gemm --kda --mla --model]   (no option: --all)
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -27,6 +28,7 @@
 #include "kda_prefill.h"      // sd_cuda_kda_chunk
 #include "kda_scan.h"         // sd_kda_step, sd_kda_chunk_head
 #include "mla_prefill.h"      // sd_cuda_mla_flash
+#include "moe_grouped.h"      // sd_cuda_moe_grouped_gemm
 #include "ops.h"              // sd_linear
 #include "prefill_internal.h" // sd_prefill_scratch_of and the sublayers
 #include "rows.h"             // sd_cuda_rmsnorm
@@ -398,6 +400,16 @@ static void grouped_up(const sd_model *m, sd_prefill_scratch *p, int layer, cuda
 
 // The prefill's own loop over the same experts (its up GEMMs only), timed the same way.
 typedef struct { const sd_model *m; sd_prefill_scratch *p; int layer; } loop_ctx;
+// The engine's grouped launch over the same rows and tile list (kernels/moe_grouped.h).
+static void run_grouped_kernel_up(void *ctx, cudaStream_t q) {
+    loop_ctx *c = ctx;
+    const sd_config *cf = &c->m->cfg;
+    const int E = cf->num_experts, D = cf->hidden_size, Ie = cf->moe_intermediate_size;
+    const sd_cuda_expert *table = sd_cuda_backend_of(c->m)->experts + (size_t)(c->layer - cf->first_k_dense_replace) * E;
+    const int max_tiles = sd_moe_grouped_max_tiles(c->p->chunk * cf->num_experts_per_token, E);
+    SD_BENCH_OK(sd_cuda_moe_grouped_gemm(SD_MOE_GROUPED_UP, table, c->p->moe.tiles, c->p->moe.n_tiles, max_tiles, c->p->moe.xg,
+                                         2 * Ie, D, Ie, c->p->moe.h1, q, &st_));
+}
 static void run_loop_up(void *ctx, cudaStream_t q) {
     loop_ctx *c = ctx;
     const sd_config *cf = &c->m->cfg;
@@ -456,7 +468,7 @@ static void lab_model(void) {
         sd_state_free(&rs);
         sd_state_free(&ps);
     }
-    // A 4096-token piece: whole (host clock: the MoE layers read their expert counts back), then by
+    // A 4096-token piece: whole (host clock, as a prompt is fed), then by
     // sublayer from the piece's start.
     sd_state s;
     SD_BENCH_OK(sd_cuda_state_init(&s, &dev, C + 1, 8, &st_));
@@ -484,7 +496,10 @@ static void lab_model(void) {
         const double ms = sd_bench_time_ms(run_sub, &sc, b->stream, 3);
         add_row("model", SUBS[i].name, -1, 0, ms, C / ms * 1e3, "tokens/s");
     }
+    // The MoE sublayer ran last: its grouping (layer 1's) is in the scratch; its counts to the host.
+    SD_BENCH_CK(cudaMemcpy(p->counts_host, p->moe.counts, sizeof(int) * cfg.num_experts, cudaMemcpyDeviceToHost));
     loop_ctx lc = {.m = &dev, .p = p, .layer = 1};
+    add_row("model", "experts up, grouped launch", -1, 0, sd_bench_time_ms(run_grouped_kernel_up, &lc, b->stream, 3), 0, "");
     add_row("model", "experts up, cuBLASLt loop", -1, 0, sd_bench_time_ms(run_loop_up, &lc, b->stream, 3), 0, "");
     grouped_up(&dev, p, 1, b->stream);
     printf("        model: prefill scratch %.2f GB for pieces of %d tokens\n", sd_cuda_prefill_scratch_bytes(&dev) / 1e9, p->chunk);

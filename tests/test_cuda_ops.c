@@ -20,6 +20,7 @@ Test(cuda, suite) { cr_skip_test("CUDA backend not built (no toolkit or -DSPECDE
 #include "cuda_ops/op_cases.h" // the run functions, TOL_BF16, TOL_MMA, TOL_CHUNK
 #include <cuda_runtime_api.h>
 #include "gemm.h" // SD_GEMM_WT, SD_GEMM_WN (the GEMM cases' shapes)
+#include "moe_grouped.h" // SD_MOE_GROUPED_UP, _DOWN (the grouped GEMM cases' shapes)
 
 uint64_t case_seed; // cuda_harness.h: the running case's (every input of a case is drawn from it)
 char LABEL[256];    // cuda_harness.h: the running case, at the head of every message
@@ -330,6 +331,14 @@ static const op_case CASES[] = {
     {.op = "sd_cuda_moe_prefill_combine", .note = "no shared expert", .run = run_moe_prefill_combine, .shape = {5, 2, 100, 0}, .tol = TOL_BITWISE},
     {.op = "sd_cuda_moe_prefill_combine", .run = run_moe_prefill_combine, .shape = {300, 6, 64, 1}, .tol = TOL_BITWISE},
     {.op = "sd_cuda_moe_prefill_combine", .note = "K = 1, rows past 256 threads", .run = run_moe_prefill_combine, .shape = {3, 1, 1000, 0}, .tol = TOL_BITWISE},
+    // The grouped expert GEMMs: the tile list bitwise, y vs float64 of the same bf16 values (TOL_MMA).
+    // shape: E, n, Ie, D, op, skew.
+    {.op = "sd_cuda_moe_grouped_tiles, sd_cuda_moe_grouped_gemm", .note = "up: tiny's experts, N and K tails", .run = run_moe_grouped, .shape = {8, 400, 16, 32, SD_MOE_GROUPED_UP, 0}, .tol = TOL_MMA},
+    {.op = "sd_cuda_moe_grouped_tiles, sd_cuda_moe_grouped_gemm", .note = "down: tiny's experts", .run = run_moe_grouped, .shape = {8, 400, 16, 32, SD_MOE_GROUPED_DOWN, 0}, .tol = TOL_MMA},
+    {.op = "sd_cuda_moe_grouped_tiles, sd_cuda_moe_grouped_gemm", .note = "up: toy's, an expert of many tiles, empty experts", .run = run_moe_grouped, .shape = {16, 2000, 256, 512, SD_MOE_GROUPED_UP, 1}, .tol = TOL_MMA},
+    {.op = "sd_cuda_moe_grouped_tiles, sd_cuda_moe_grouped_gemm", .note = "down: toy's, skewed", .run = run_moe_grouped, .shape = {16, 2000, 256, 512, SD_MOE_GROUPED_DOWN, 1}, .tol = TOL_MMA},
+    {.op = "sd_cuda_moe_grouped_tiles, sd_cuda_moe_grouped_gemm", .note = "up: Kimi's widths, 16 experts", .run = run_moe_grouped, .shape = {16, 296, 1024, 2304, SD_MOE_GROUPED_UP, 0}, .tol = TOL_MMA},
+    {.op = "sd_cuda_moe_grouped_tiles, sd_cuda_moe_grouped_gemm", .note = "down: K = 40 (not a multiple of 32), N = 72 (a partial tile)", .run = run_moe_grouped, .shape = {4, 150, 40, 72, SD_MOE_GROUPED_DOWN, 1}, .tol = TOL_MMA},
 };
 
 Test(cuda_ops, table, .timeout = 600) {

@@ -1,7 +1,8 @@
 // prefill.c — the CUDA backend's prefill (cuda_prefill.h): the scratch of a device model's
 // prefill, the pieces of a prompt through the layers (prefill_layers.c), the head's rows, and
 // the commit of each piece. Nothing here is captured in a graph, so positions are launch
-// arguments and the host reads the expert counts back once per MoE layer.
+// arguments; the host reads the expert counts back once per MoE layer only for F32 experts (BF16
+// experts run as grouped GEMMs over a tile list built on the device).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 #include "cuda_internal.h"  // sd_cuda_state_is_ours
 #include "kda_prefill.h"    // sd_cuda_kda_chunk_work_floats
 #include "mla_prefill.h"    // sd_mla_packed_width
+#include "moe_grouped.h"    // sd_moe_grouped_max_tiles
 #include "prefill_internal.h"
 #include "rows.h"           // sd_cuda_embed, sd_cuda_rmsnorm
 
@@ -65,6 +67,7 @@ static void layout(sd_prefill_scratch *p, const sd_config *c, bump *b) {
     sd_prefill_moe *z = &p->moe;
     z->router = TF(&m, C * E); z->sel = TI(&m, CK); z->w = TF(&m, CK);
     z->counts = TI(&m, E); z->offsets = TI(&m, E); z->row_tok = TI(&m, CK); z->inv = TI(&m, CK);
+    z->tiles = TI(&m, 3 * (size_t)sd_moe_grouped_max_tiles((int)CK, (int)E)); z->n_tiles = TI(&m, 1);
     z->xg = TV(&m, CK * D); z->h1 = TF(&m, CK * 2 * Ie); z->hb = TV(&m, CK * Ie); z->yexp = TF(&m, CK * D);
     z->h1s = TF(&m, C * 2 * S * Ie); z->hbs = TV(&m, C * S * Ie); z->shared = TF(&m, C * D);
     end = max_z(end, m.used);

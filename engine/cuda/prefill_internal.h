@@ -31,6 +31,7 @@ typedef struct {
     float *w;                // (C, K)
     int *counts, *offsets;   // (E), (E)
     int *row_tok, *inv;      // (C·K)
+    int *tiles, *n_tiles;    // the grouped GEMMs' tile list (moe_grouped.h: 3 ints a tile), its length
     void *xg;                // (C·K, D) gathered rows
     float *h1;               // (C·K, 2·Ie) [gate | up]
     void *hb;                // (C·K, Ie) SwiGLU

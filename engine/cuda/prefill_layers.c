@@ -4,10 +4,12 @@
 // down with the add fused into the GEMM: beta = 1; the MoE through its combine).
 #include <math.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <string.h>
 #include "check.h"          // SD_CUDA_CHECK
 #include "kda_prefill.h"    // sd_cuda_kda_prefill_conv, _ring, sd_cuda_kda_chunk, sd_cuda_kda_prefill_out
 #include "mla_prefill.h"    // sd_cuda_mla_prefill_cache, _pack_*, sd_cuda_mla_flash
+#include "moe_grouped.h"    // sd_cuda_moe_grouped_tiles, sd_cuda_moe_grouped_gemm
 #include "moe_prefill.h"    // sd_cuda_moe_prefill_*, sd_cuda_gather_rows, sd_cuda_swiglu_rows
 #include "prefill_internal.h"
 
@@ -143,35 +145,70 @@ sd_code sd_prefill_dense_ffn(sd_cuda_backend *b, sd_prefill_scratch *p, const sd
     return lin_act(p, b, &w->down, x->hb, w->down.cols, C, p->x, m->cfg.hidden_size, 1.0f, st);
 }
 
-// The routed experts over the grouped rows: per expert with entries, [gate | up] of its rows, then
-// one SwiGLU over all rows, then per expert its down. counts in host memory.
-static sd_code routed_experts(sd_prefill_scratch *p, sd_cuda_backend *b, const sd_moe_weights *w, const sd_config *c,
-                              const int *counts, sd_status *st) {
+// F32 routed experts over the grouped rows, one cuBLASLt call per expert with entries and operation
+// (counts in host memory): [gate | up] of its rows, then one SwiGLU over all rows, then its down.
+static sd_code routed_experts_f32(sd_prefill_scratch *p, sd_cuda_backend *b, const sd_moe_weights *w, const sd_config *c,
+                                  const int *counts, sd_status *st) {
     const int E = c->num_experts, D = c->hidden_size, Ie = c->moe_intermediate_size;
     sd_prefill_moe *x = &p->moe;
     int off = 0;
     for (int e = 0; e < E; off += counts[e], e++) {
         if (!counts[e]) continue;
         const sd_ffn_weights *f = &w->experts[e];
-        const void *xe = (const char *)x->xg + (size_t)off * D * esize(&f->gate);
-        sd_mat both;
+        const float *xe = (const float *)x->xg + (size_t)off * D;
         float *h = x->h1 + (size_t)off * 2 * Ie;
-        if (sd_prefill_stacked(&f->gate, &f->up, &both)) TRY(lin_act(p, b, &both, xe, D, counts[e], h, 2 * Ie, 0.0f, st));
-        else {
-            TRY(lin_act(p, b, &f->gate, xe, D, counts[e], h, 2 * Ie, 0.0f, st));
-            TRY(lin_act(p, b, &f->up, xe, D, counts[e], h + Ie, 2 * Ie, 0.0f, st));
-        }
+        TRY(lin_act(p, b, &f->gate, xe, D, counts[e], h, 2 * Ie, 0.0f, st));
+        TRY(lin_act(p, b, &f->up, xe, D, counts[e], h + Ie, 2 * Ie, 0.0f, st));
     }
     const int rows = off;
-    TRY(sd_cuda_swiglu_rows(x->h1, rows, Ie, x->hb, bf16(&w->experts[0].down), b->stream, st));
+    TRY(sd_cuda_swiglu_rows(x->h1, rows, Ie, x->hb, false, b->stream, st));
     off = 0;
     for (int e = 0; e < E; off += counts[e], e++) {
         if (!counts[e]) continue;
-        const sd_ffn_weights *f = &w->experts[e];
-        const void *he = (const char *)x->hb + (size_t)off * Ie * esize(&f->down);
-        TRY(lin_act(p, b, &f->down, he, Ie, counts[e], x->yexp + (size_t)off * D, D, 0.0f, st));
+        const float *he = (const float *)x->hb + (size_t)off * Ie;
+        TRY(lin_act(p, b, &w->experts[e].down, he, Ie, counts[e], x->yexp + (size_t)off * D, D, 0.0f, st));
     }
     return SD_OK;
+}
+
+// Are all of the layer's routed experts BF16 and on this device (the grouped GEMMs' operands)? F32
+// experts take the per-expert cuBLASLt calls; a layer that mixes the two is refused.
+static sd_code experts_bf16(const sd_moe_weights *w, const sd_config *c, int layer, bool *out, sd_status *st) {
+    int n_bf16 = 0;
+    for (int e = 0; e < c->num_experts; e++) {
+        const sd_ffn_weights *f = &w->experts[e];
+        if (!f->gate.data || !f->up.data || !f->down.data)
+            return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda prefill: layer %d expert %d is not on this device (a shard?)", layer, e);
+        const int k = bf16(&f->gate) + bf16(&f->up) + bf16(&f->down);
+        if (k == 3 && ((uintptr_t)f->gate.data | (uintptr_t)f->up.data | (uintptr_t)f->down.data) % 16)
+            return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda prefill: layer %d expert %d weights are not 16-byte aligned", layer, e);
+        if (k != 0 && k != 3)
+            return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda prefill: layer %d expert %d mixes bf16 and f32 matrices", layer, e);
+        n_bf16 += k == 3;
+    }
+    if (n_bf16 != 0 && n_bf16 != c->num_experts)
+        return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda prefill: layer %d mixes bf16 and f32 experts", layer);
+    *out = n_bf16 > 0;
+    return SD_OK;
+}
+
+// The routed experts of a BF16 layer: the tile list and offsets from the counts on the device, the
+// rows scattered and gathered in bf16, [gate | up] as one grouped GEMM, the SwiGLU, down as another
+// (moe_grouped.h) — no readback.
+static sd_code routed_experts_grouped(sd_prefill_scratch *p, sd_cuda_backend *b, const sd_config *c, int layer, int n,
+                                      sd_status *st) {
+    const int E = c->num_experts, K = c->num_experts_per_token, D = c->hidden_size, Ie = c->moe_intermediate_size;
+    const int max_tiles = sd_moe_grouped_max_tiles(n, E);
+    const sd_cuda_expert *table = b->experts + (size_t)(layer - c->first_k_dense_replace) * E;
+    sd_prefill_moe *x = &p->moe;
+    cudaStream_t q = b->stream;
+    TRY(sd_cuda_moe_grouped_tiles(x->counts, E, x->offsets, x->tiles, x->n_tiles, q, st));
+    TRY(sd_cuda_moe_prefill_scatter(x->sel, n, K, E, x->offsets, x->row_tok, x->inv, q, st));
+    TRY(sd_cuda_gather_rows(p->a, D, x->row_tok, n, D, x->xg, true, q, st));
+    TRY(sd_cuda_moe_grouped_gemm(SD_MOE_GROUPED_UP, table, x->tiles, x->n_tiles, max_tiles, x->xg, 2 * Ie, D, Ie, x->h1, q, st));
+    TRY(sd_cuda_swiglu_rows(x->h1, n, Ie, x->hb, true, q, st));
+    return sd_cuda_moe_grouped_gemm(SD_MOE_GROUPED_DOWN, table, x->tiles, x->n_tiles, max_tiles, x->hb, D, Ie, Ie, x->yexp, q,
+                                    st);
 }
 
 sd_code sd_prefill_moe_ffn(sd_cuda_backend *b, sd_prefill_scratch *p, const sd_model *m, int i, int C, sd_status *st) {
@@ -185,18 +222,22 @@ sd_code sd_prefill_moe_ffn(sd_cuda_backend *b, sd_prefill_scratch *p, const sd_m
     TRY(sd_gemm_linear(p->gemm, &router, p->a, D, C, x->router, E, 0.0f, q, st));
     TRY(sd_cuda_moe_prefill_select(x->router, w->bias, C, E, K, c->num_expert_group, c->topk_group, c->moe_renormalize,
                                    c->routed_scaling_factor, x->sel, x->w, q, st));
-    // The grouping: counts to the host (the expert GEMMs' sizes), offsets back, rows scattered.
     TRY(sd_cuda_moe_prefill_count(x->sel, n, E, x->counts, q, st));
-    SD_CUDA_CHECK(st, cudaMemcpyAsync(p->counts_host, x->counts, sizeof(int) * E, cudaMemcpyDeviceToHost, q));
-    SD_CUDA_CHECK(st, cudaStreamSynchronize(q));
-    // The offsets go up from pinned memory (the previous layer's copy is done: the counts readback
-    // above synchronised the stream), not from a stack array sized by the config.
-    int *offsets = p->counts_host + E;
-    for (int e = 0, acc = 0; e < E; acc += p->counts_host[e], e++) offsets[e] = acc;
-    SD_CUDA_CHECK(st, cudaMemcpyAsync(x->offsets, offsets, sizeof(int) * E, cudaMemcpyHostToDevice, q));
-    TRY(sd_cuda_moe_prefill_scatter(x->sel, n, K, E, x->offsets, x->row_tok, x->inv, q, st));
-    TRY(sd_cuda_gather_rows(p->a, D, x->row_tok, n, D, x->xg, bf16(&w->experts[0].gate), q, st));
-    TRY(routed_experts(p, b, w, c, p->counts_host, st));
+    bool grouped = false;
+    TRY(experts_bf16(w, c, i, &grouped, st));
+    if (grouped) TRY(routed_experts_grouped(p, b, c, i, n, st));
+    else { // F32: the counts to the host (the GEMMs' sizes), the offsets back, the rows scattered
+        SD_CUDA_CHECK(st, cudaMemcpyAsync(p->counts_host, x->counts, sizeof(int) * E, cudaMemcpyDeviceToHost, q));
+        SD_CUDA_CHECK(st, cudaStreamSynchronize(q));
+        // The offsets go up from pinned memory (the previous layer's copy is done: the counts
+        // readback above synchronised the stream), not from a stack array sized by the config.
+        int *offsets = p->counts_host + E;
+        for (int e = 0, acc = 0; e < E; acc += p->counts_host[e], e++) offsets[e] = acc;
+        SD_CUDA_CHECK(st, cudaMemcpyAsync(x->offsets, offsets, sizeof(int) * E, cudaMemcpyHostToDevice, q));
+        TRY(sd_cuda_moe_prefill_scatter(x->sel, n, K, E, x->offsets, x->row_tok, x->inv, q, st));
+        TRY(sd_cuda_gather_rows(p->a, D, x->row_tok, n, D, x->xg, false, q, st));
+        TRY(routed_experts_f32(p, b, w, c, p->counts_host, st));
+    }
     const float *shared = NULL;
     if (c->num_shared_experts > 0) {
         TRY(swiglu_up(p, b, &w->shared, C, x->h1s, x->hbs, st));

@@ -57,6 +57,8 @@ void run_moe_prefill_group(const op_case *c);
 void run_gather_rows(const op_case *c);
 void run_swiglu_rows(const op_case *c);
 void run_moe_prefill_combine(const op_case *c);
+// moe_grouped.c
+void run_moe_grouped(const op_case *c);
 
 // ---------------------------------------------------------------------------- the cursor (cursor.c, kda.c)
 static inline void cursor_expect(const gbuf *cur, int len, int pending, const char *after) {
