@@ -12,7 +12,9 @@
 // half the blocks, half the prologues (docs/EXPERIMENTS.md#linear-two-rows-a-warp). A verify-sized
 // launch (3..9 tokens, each count its own instance) whose rows fill the device at four rows a
 // warp takes four, and its pairs load the next chunks while they fold
-// (docs/EXPERIMENTS.md#linear-verify-four-rows).
+// (docs/EXPERIMENTS.md#linear-verify-four-rows); one of 5..9 tokens whose rows leave the device
+// short of two blocks a multiprocessor dots each job's rows twice, for the first half of the tokens
+// and for the rest (docs/EXPERIMENTS.md#linear-verify-token-split).
 // One or two tokens (BULK): the block's first thread bulk-copies the block's weight rows into
 // shared memory at once, before the wait for the predecessor and the fused norm, and the warps
 // dot them from there. With 4 tokens or more the sums hold the registers, so few chunks a lane
@@ -44,11 +46,12 @@ typedef struct {
                // jobs and in a BULK launch where two would pass LIN_BULK_MAX
     int x_norm; // x is the fused norm's output: read the block's shared copy
     int *flag, site; // the job's non-finite flag (STORE/ADD outputs), or NULL
+    int T;      // the tokens this segment dots: the launch's, or its share of them (LIN_SPLIT_MIN_T)
 } lin_seg;
 
 typedef struct {
-    lin_seg s[LIN_MAXJOB];
-    int n, T;
+    lin_seg s[LIN_MAXJOB]; // a job's one segment, or two when its tokens are split (at most LIN_MAXJOB / 2 jobs)
+    int n, T;              // segments; the launch's tokens (what the fused norm computes)
     // Fused RMSNorm (nn > 0): a = rmsnorm(nx, nw, neps) into shared memory, block 0 writes nout.
     const float *nx, *nw;
     float *nout;
@@ -120,6 +123,8 @@ __device__ __forceinline__ void lin_dot_shared(const char *w0, bool bf0, const c
 // device at that many: four rows share each x load, halving the L1 traffic that bounds a many-token warp (the x
 // loads: T per weight chunk); a job too small for two blocks a multiprocessor at four keeps two.
 #define LIN_QUAD_ROWS 4
+// The fewest tokens a launch splits between two segments a job (launch()).
+#define LIN_SPLIT_MIN_T 5
 
 // Rows row .. row+3 (those below s.rows) of a STORE/ADD job at TMAX >= 3 tokens: one four-row dot
 // when all four are there on the fast path (bf16, aligned), else two pairs; then their stores.
@@ -186,6 +191,9 @@ linear_kernel(const __grid_constant__ lin_params p) {
     if (p.nn) lin_norm(p, a_sh);
     else if (BULK) __syncthreads(); // the barrier is initialised before any thread waits on it
     const sd_lin_rows xs = {s.x_norm ? a_sh : s.x, s.x_norm ? (size_t)p.nn : (size_t)s.ldx};
+    // The segment's tokens: only the verify sizes' instances split them (launch()); the others read
+    // the launch's count, a kernel argument, and keep a register.
+    const int T = TMAX >= 3 && TMAX <= 9 ? s.T : p.T;
     if (BULK) sd_bulk_wait(bar, 0);
     // The warp's rows wi .. wi+rpw-1 of the block, two at a time (a SwiGLU job: its one gate/up
     // pair) or, many-token STORE/ADD jobs of LIN_QUAD_ROWS rows a warp, four at a time.
@@ -195,7 +203,7 @@ linear_kernel(const __grid_constant__ lin_params p) {
         const int wi = (threadIdx.x >> 5) * s.rpw + rr, row = first + wi; // in the block, in the matrix
         if (row >= s.rows) return;                                          // whole warp
         if (QUAD && step == 4) {
-            lin_quad<TMAX>(s, row, pitch, xs, p.T, pol);
+            lin_quad<TMAX>(s, row, pitch, xs, T, pol);
             continue;
         }
         const bool two = glu || (rr + 1 < s.rpw && row + 1 < s.rows);
@@ -207,14 +215,14 @@ linear_kernel(const __grid_constant__ lin_params p) {
             const char *w1 = !two ? nullptr
                              : glu ? (const char *)wt + (size_t)SD_LIN_WARPS * s.rpw * pitch + (size_t)wi * pitch2
                                    : w0 + pitch;
-            lin_dot_shared<TMAX>(w0, s.bf16, w1, glu ? s.bf16_2 : s.bf16, s.cols, xs, p.T, acc);
+            lin_dot_shared<TMAX>(w0, s.bf16, w1, glu ? s.bf16_2 : s.bf16, s.cols, xs, T, acc);
         } else {
             const void *w0 = (const char *)s.w + (size_t)row * pitch;
             const void *w1 = !two ? nullptr : glu ? (const char *)s.w2 + (size_t)row * pitch2 : (const char *)w0 + pitch;
             sd_lin_dot<TMAX, sd_lin_rows, sd_lin_unroll<TMAX>::one, sd_lin_unroll<TMAX>::two, (TMAX >= 3 && TMAX <= 9)>(
-                w0, s.bf16, w1, glu ? s.bf16_2 : s.bf16, s.cols, xs, p.T, s.x_norm ? true : s.xfast, acc, pol);
+                w0, s.bf16, w1, glu ? s.bf16_2 : s.bf16, s.cols, xs, T, s.x_norm ? true : s.xfast, acc, pol);
         }
-        lin_store<TMAX>(s, row, two, p.T, acc);
+        lin_store<TMAX>(s, row, two, T, acc);
     }
 }
 
@@ -295,25 +303,37 @@ static sd_code launch(const sd_lin_job *jobs, int n, int t0, int T, const sd_lin
         if (jobs[i].w->rows >= 1 && jobs[i].w->cols >= 1)
             bulk = (rpws[i] = bulk_rpw(&jobs[i], rpw0[i], norm && jobs[i].x == norm->out)) > 0;
     if (!bulk) memcpy(rpws, rpw0, sizeof rpws);
+    // A launch of 5..9 tokens (and at most LIN_MAXJOB / 2 jobs: a larger segment table costs every
+    // instance registers) that leaves the device short of two blocks a multiprocessor splits its
+    // tokens: each job twice, the first ceil(T/2) tokens and the rest, so twice the warps stream the
+    // same rows (the second read mostly from L2) with half the sums each — a many-token warp is bound
+    // by its x loads' latency, not by its weight bytes. A token's dot is the same either way.
     int blocks = 0;
+    for (int i = 0; i < n; i++)
+        if (jobs[i].w->rows >= 1 && jobs[i].w->cols >= 1) blocks += sd_ceil_div(jobs[i].w->rows, SD_LIN_WARPS * rpws[i]);
+    const bool split = T >= LIN_SPLIT_MIN_T && T <= 9 && !quad && !norm && sms > 0 && blocks < 2 * sms && 2 * n <= LIN_MAXJOB;
+    const int parts = split ? 2 : 1, T0 = split ? (T + 1) / 2 : T;
+    blocks = 0;
     size_t tile = 0;
     for (int i = 0; i < n; i++) {
         const sd_lin_job *j = &jobs[i];
-        lin_seg *s = &p.s[p.n];
         if (j->w->rows < 1 || j->w->cols < 1) continue;
         const bool x_norm = norm && j->x == norm->out, glu = j->mode == SD_LIN_SWIGLU;
         const int rpw = rpws[i];
-        *s = (lin_seg){.w = j->w->data, .w2 = glu ? j->w2->data : nullptr,
-                       .x = j->x + (size_t)t0 * j->ldx, .y = j->y + (size_t)t0 * j->ldy, .rows = j->w->rows,
-                       .cols = j->w->cols, .ldx = j->ldx, .ldy = j->ldy, .mode = (int)j->mode,
-                       .bf16 = j->w->dtype == SD_DT_BF16, .bf16_2 = glu && j->w2->dtype == SD_DT_BF16,
-                       .xfast = sd_aligned16(j->x) && j->ldx % 4 == 0, .blk0 = blocks, .rpw = rpw, .x_norm = x_norm,
-                       .flag = j->flag, .site = j->site};
+        for (int part = 0; part < parts; part++) {
+            const int ts = t0 + part * T0; // this segment's first token
+            p.s[p.n] = (lin_seg){.w = j->w->data, .w2 = glu ? j->w2->data : nullptr,
+                                 .x = j->x + (size_t)ts * j->ldx, .y = j->y + (size_t)ts * j->ldy, .rows = j->w->rows,
+                                 .cols = j->w->cols, .ldx = j->ldx, .ldy = j->ldy, .mode = (int)j->mode,
+                                 .bf16 = j->w->dtype == SD_DT_BF16, .bf16_2 = glu && j->w2->dtype == SD_DT_BF16,
+                                 .xfast = sd_aligned16(j->x) && j->ldx % 4 == 0, .blk0 = blocks, .rpw = rpw,
+                                 .x_norm = x_norm, .flag = j->flag, .site = j->site, .T = part ? T - T0 : T0};
+            blocks += sd_ceil_div(j->w->rows, SD_LIN_WARPS * rpw);
+            p.n++;
+        }
         const size_t tb = (size_t)SD_LIN_WARPS * rpw * j->w->cols *
                           ((j->w->dtype == SD_DT_BF16 ? 2 : 4) + (glu ? (j->w2->dtype == SD_DT_BF16 ? 2 : 4) : 0));
         if (tb > tile) tile = tb;
-        blocks += sd_ceil_div(j->w->rows, SD_LIN_WARPS * rpw);
-        p.n++;
     }
     if (!p.n) return SD_OK;
     p.T = T;
@@ -323,14 +343,14 @@ static sd_code launch(const sd_lin_job *jobs, int n, int t0, int T, const sd_lin
         p.bar_off = (int)(p.wt_off + tile);
         smem = (size_t)p.bar_off + sizeof(uint64_t);
     }
-    void (*kernel)(const lin_params) = T <= 1 ? (bulk ? linear_kernel<1, true> : linear_kernel<1, false>)
-                                      : T <= 2 ? (bulk ? linear_kernel<2, true> : linear_kernel<2, false>)
+    void (*kernel)(const lin_params) = T0 <= 1 ? (bulk ? linear_kernel<1, true> : linear_kernel<1, false>)
+                                      : T0 <= 2 ? (bulk ? linear_kernel<2, true> : linear_kernel<2, false>)
                                       // the verify sizes (k + 1 <= 9) each at its own count: no idle sums
-                                      : T == 3 ? linear_kernel<3, false> : T == 4 ? linear_kernel<4, false>
-                                      : T == 5 ? linear_kernel<5, false> : T == 6 ? linear_kernel<6, false>
-                                      : T == 7 ? linear_kernel<7, false> : T == 8 ? linear_kernel<8, false>
-                                      : T == 9 ? linear_kernel<9, false>
-                                      : T <= 16 ? linear_kernel<16, false> : linear_kernel<32, false>;
+                                      : T0 == 3 ? linear_kernel<3, false> : T0 == 4 ? linear_kernel<4, false>
+                                      : T0 == 5 ? linear_kernel<5, false> : T0 == 6 ? linear_kernel<6, false>
+                                      : T0 == 7 ? linear_kernel<7, false> : T0 == 8 ? linear_kernel<8, false>
+                                      : T0 == 9 ? linear_kernel<9, false>
+                                      : T0 <= 16 ? linear_kernel<16, false> : linear_kernel<32, false>;
     if (bulk) SD_CUDA_CHECK(st, sd_allow_smem((const void *)kernel, smem));
     SD_CUDA_CHECK(st, sd_launch(kernel, blocks, SD_LIN_WARPS * 32, smem, stream, p));
     return SD_OK;
