@@ -311,6 +311,7 @@ static void check_moe(const char *config, int bf16, int C) {
 Test(cuda_prefill, moe_tiny_f32) { check_moe("configs/tiny.json", 0, 57); }
 Test(cuda_prefill, moe_tiny_bf16) { check_moe("configs/tiny.json", 1, 200); }
 Test(cuda_prefill, moe_toy_bf16) { check_moe("configs/toy.json", 1, 300); }
+Test(cuda_prefill, moe_toy_bf16_many_tiles) { check_moe("configs/toy.json", 1, 1000); } // ~125 rows an expert: two tiles
 
 // ---------------------------------------------------------------------------- whole models
 static float *read_back(const float *dev_ptr, size_t n) {
@@ -320,9 +321,9 @@ static float *read_back(const float *dev_ptr, size_t n) {
 }
 
 // Where a logits error lives: the rows above tol and the five worst (position, relative error,
-// whether the argmax moved), on stderr, so a failure says whether a few positions (a token
+// the token path's smallest routing margin there, whether the argmax moved), on stderr, so a failure says whether a few positions (a token
 // routed otherwise) or all of them (a drift) carry it.
-static void report_rows(const float *got, const float *ref, int n, int V, double tol, const char *what) {
+static void report_rows(const float *got, const float *ref, const float *margin, int n, int V, double tol, const char *what) {
     double worst[5] = {0};
     int at[5] = {-1, -1, -1, -1, -1}, above = 0;
     for (int t = 0; t < n; t++) {
@@ -347,8 +348,17 @@ static void report_rows(const float *got, const float *ref, int n, int V, double
     }
     fprintf(stderr, "[rows] %s: %d of %d positions above %.0e; worst:", what, above, n, tol);
     for (int i = 0; i < 5 && at[i] >= 0; i++)
-        fprintf(stderr, " pos %d %.3g%s", at[i] / 2, worst[i], at[i] & 1 ? " (argmax moved)" : "");
+        fprintf(stderr, " pos %d %.3g (routing margin %.2g)%s", at[i] / 2, worst[i], margin[at[i] / 2],
+                at[i] & 1 ? " (argmax moved)" : "");
     fprintf(stderr, "\n");
+}
+
+// The token path's smallest routing margin of each position over the MoE layers (model.h's route
+// tap: the K-th chosen expert's biased score minus the best one left out).
+static void least_margin(void *ctx, int layer, int pos, const int *sel, const float *w, int k, float margin) {
+    (void)layer; (void)sel; (void)w; (void)k;
+    float *m = ctx;
+    if (margin < m[pos]) m[pos] = margin;
 }
 
 // The prompt through the prefill (pieces of `piece` tokens) against the token path (verify
@@ -369,16 +379,19 @@ static void check_model(const char *config, int bf16, int n, int piece) {
     OK(sd_model_state_init(&dev, &ref_s, n + 1, max_T, &st_));
     OK(sd_model_state_init(&dev, &pre_s, n + 1, max_T, &st_));
     float *ref = malloc(sizeof(float) * (size_t)(n + 1) * V), *got = malloc(sizeof(float) * (size_t)(n + 1) * V);
+    float *margin = malloc(sizeof(float) * (n + 1));
+    for (int t = 0; t <= n; t++) margin[t] = INFINITY;
+    const sd_forward_opts taps = {.on_route = least_margin, .route_ctx = margin};
     for (int t = 0; t < n; t += max_T) { // the token path
         const int T = n - t < max_T ? n - t : max_T;
-        OK(sd_forward(&dev, &ref_s, tokens + t, T, ref + (size_t)t * V, 0, NULL, &st_));
+        OK(sd_forward(&dev, &ref_s, tokens + t, T, ref + (size_t)t * V, 0, &taps, &st_));
         OK(sd_state_commit(&ref_s, T, &st_));
     }
     cr_assert(n > SD_PREFILL_TOKEN_PATH_MAX);
     OK(sd_prefill_rows(&dev, &pre_s, tokens, n, got, true, &st_));
     cr_assert_eq(pre_s.len, n);
     cr_assert_eq(pre_s.pending, 0);
-    report_rows(got, ref, n, V, 2e-2, what);
+    report_rows(got, ref, margin, n, V, 2e-2, what);
     CHECK_REL(got, ref, (size_t)n * V, 2e-2, "%s: every position's logits", what);
     expect_greedy_where_clear(got, ref, n, V, what);
     // The state it leaves: the live KDA slot and conv rows, the MLA cache rows.
@@ -408,7 +421,7 @@ static void check_model(const char *config, int bf16, int n, int piece) {
     OK(sd_forward(&dev, &pre_s, tokens + n, 1, got + (size_t)n * V, 0, NULL, &st_));
     CHECK_REL(got + (size_t)n * V, ref + (size_t)n * V, V, 2e-2, "%s: the decode step after the prompt", what);
     expect_greedy_where_clear(got + (size_t)n * V, ref + (size_t)n * V, 1, V, what);
-    free(tokens); free(ref); free(got);
+    free(tokens); free(ref); free(got); free(margin);
     sd_state_free(&ref_s);
     sd_state_free(&pre_s);
     sd_model_free(&dev);
