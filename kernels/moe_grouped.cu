@@ -2,8 +2,8 @@
 //
 // A block computes one output tile: BM grouped rows (one expert's) × BN output columns, over K in
 // steps of BK. The rows' activations and the expert's weight rows stream through shared memory in
-// a ring of STAGES buffers (cp.async, 16 bytes a copy, zero-filled past the ends), and 8 warps each
-// hold a 32 × 32 corner of the tile as 2 × 2 WMMA accumulators. The tile goes back through shared
+// a ring of STAGES buffers (cp.async, 16 bytes a copy, zero-filled past the ends), and WARPS_M ×
+// WARPS_N warps each hold a corner of the tile as FRAG_M × FRAG_N WMMA accumulators. The tile goes back through shared
 // memory so only the expert's own rows are written. The launch is one-dimensional: block b is
 // output tile b % nN of row tile b / nN, so the output tiles of one row tile run side by side and
 // read its activations from L2, and the row tiles of one expert follow each other and share its
@@ -19,10 +19,14 @@
 #define LDS (BK + 8)  // shared row pitch in bf16 elements: 80 bytes, so the 8 rows of a fragment load fall in distinct banks
 #define LDC (BN + 4)  // the accumulator tile's row pitch in floats
 #define STAGES 3
-#define THREADS 256
+#define WARPS_M 2 // warps along the rows; each warp holds FRAG_M × FRAG_N accumulators of 16 × 16
+#define WARPS_N 2
+#define FRAG_M (BM / WARPS_M / 16)
+#define FRAG_N (BN / WARPS_N / 16)
+#define THREADS (WARPS_M * WARPS_N * 32)
 #define STAGE_ELEMS ((BM + BN) * LDS)
 
-static_assert(BM == 64 && BN == 128 && THREADS == 256, "the warp layout below is 2 × 4 warps of 32 × 32");
+static_assert(BM % (WARPS_M * 16) == 0 && BN % (WARPS_N * 16) == 0, "whole fragments a warp");
 static_assert((size_t)STAGES * STAGE_ELEMS * 2 >= (size_t)BM * LDC * 4, "the accumulator tile reuses the stage ring");
 
 // ---------------------------------------------------------------------------- tile list
@@ -102,12 +106,12 @@ grouped_kernel(int op, const sd_cuda_expert *__restrict__ table, const int *__re
     for (int i = threadIdx.x; i < BN; i += THREADS) wrow[i] = n0 + i < N ? weight_row(op, ex, n0 + i, Ie, K) : nullptr;
     __syncthreads();
 
-    const int warp = threadIdx.x >> 5, wm = warp >> 2, wn = warp & 3; // 2 × 4 warps, each 32 rows × 32 columns
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+    const int warp = threadIdx.x >> 5, wm = warp / WARPS_N, wn = warp % WARPS_N; // each FRAG_M·16 rows × FRAG_N·16 columns
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[FRAG_M][FRAG_N];
 #pragma unroll
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < FRAG_M; i++)
 #pragma unroll
-        for (int j = 0; j < 2; j++) wmma::fill_fragment(acc[i][j], 0.0f);
+        for (int j = 0; j < FRAG_N; j++) wmma::fill_fragment(acc[i][j], 0.0f);
 
     const int nk = (K + BK - 1) / BK;
 #pragma unroll
@@ -124,26 +128,27 @@ grouped_kernel(int op, const sd_cuda_expert *__restrict__ table, const int *__re
         const __nv_bfloat16 *sa = ring + (kt % STAGES) * STAGE_ELEMS, *sb = sa + BM * LDS;
 #pragma unroll
         for (int kk = 0; kk < BK; kk += 16) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a[2];
-            wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b[2];
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a[FRAG_M];
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b[FRAG_N];
 #pragma unroll
-            for (int i = 0; i < 2; i++) wmma::load_matrix_sync(a[i], sa + (wm * 32 + i * 16) * LDS + kk, LDS);
+            for (int i = 0; i < FRAG_M; i++) wmma::load_matrix_sync(a[i], sa + ((wm * FRAG_M + i) * 16) * LDS + kk, LDS);
 #pragma unroll
-            for (int j = 0; j < 2; j++) wmma::load_matrix_sync(b[j], sb + (wn * 32 + j * 16) * LDS + kk, LDS);
+            for (int j = 0; j < FRAG_N; j++) wmma::load_matrix_sync(b[j], sb + ((wn * FRAG_N + j) * 16) * LDS + kk, LDS);
 #pragma unroll
-            for (int i = 0; i < 2; i++)
+            for (int i = 0; i < FRAG_M; i++)
 #pragma unroll
-                for (int j = 0; j < 2; j++) wmma::mma_sync(acc[i][j], a[i], b[j], acc[i][j]);
+                for (int j = 0; j < FRAG_N; j++) wmma::mma_sync(acc[i][j], a[i], b[j], acc[i][j]);
         }
     }
     copy_wait<0>();
     __syncthreads(); // the ring is free: the accumulators go through it
     float *ct = (float *)ring;
 #pragma unroll
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < FRAG_M; i++)
 #pragma unroll
-        for (int j = 0; j < 2; j++)
-            wmma::store_matrix_sync(ct + (wm * 32 + i * 16) * LDC + wn * 32 + j * 16, acc[i][j], LDC, wmma::mem_row_major);
+        for (int j = 0; j < FRAG_N; j++)
+            wmma::store_matrix_sync(ct + ((wm * FRAG_M + i) * 16) * LDC + (wn * FRAG_N + j) * 16, acc[i][j], LDC,
+                                    wmma::mem_row_major);
     __syncthreads();
     for (int i = threadIdx.x; i < BM * BN; i += THREADS) {
         const int r = i / BN, c = i % BN;
