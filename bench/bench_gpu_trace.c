@@ -44,6 +44,7 @@
 #include "cuda_synth.h"   // sd_cuda_model_synth
 #include "decode.h"       // sd_synth_prompt
 #include "events.h"       // sd_cuda_event_pool
+#include "gpu_bench.h"    // SD_BENCH_CK
 #include "spec.h"
 #include "synth.h"
 
@@ -58,14 +59,7 @@
 #define PROMPT 16         // the default mode's prompt
 #define SLACK 8           // positions a state holds beyond prompt + tokens + k + 1
 
-#define CK(call)                                                                                           \
-    do {                                                                                                   \
-        cudaError_t e_ = (call);                                                                           \
-        if (e_ != cudaSuccess) {                                                                           \
-            fprintf(stderr, "bench_gpu_trace: %s: %s (%s:%d)\n", #call, cudaGetErrorString(e_), __FILE__, __LINE__); \
-            exit(1);                                                                                       \
-        }                                                                                                  \
-    } while (0)
+const char *sd_bench_prog = "bench_gpu_trace"; // gpu_bench.h's error lines
 
 static void die(const sd_status *st) {
     fprintf(stderr, "bench_gpu_trace: %s\n", st->msg);
@@ -330,16 +324,16 @@ static void synth_pair(const char *name, const sd_config *cfg, model_pair *p) {
 typedef struct { void *bytes; int len; } saved_state;
 
 static void state_save(const sd_state *s, saved_state *c) {
-    CK(cudaMalloc(&c->bytes, s->arena_bytes));
-    CK(cudaMemcpy(c->bytes, s->arena, s->arena_bytes, cudaMemcpyDeviceToDevice));
-    CK(cudaDeviceSynchronize());
+    SD_BENCH_CK(cudaMalloc(&c->bytes, s->arena_bytes));
+    SD_BENCH_CK(cudaMemcpy(c->bytes, s->arena, s->arena_bytes, cudaMemcpyDeviceToDevice));
+    SD_BENCH_CK(cudaDeviceSynchronize());
     c->len = s->len;
 }
 
 // Back to the saved moment: every byte, the cursor among them, then the host's len and pending.
 static void state_restore(sd_state *s, const saved_state *c) {
-    CK(cudaMemcpy(s->arena, c->bytes, s->arena_bytes, cudaMemcpyDeviceToDevice));
-    CK(cudaDeviceSynchronize());
+    SD_BENCH_CK(cudaMemcpy(s->arena, c->bytes, s->arena_bytes, cudaMemcpyDeviceToDevice));
+    SD_BENCH_CK(cudaDeviceSynchronize());
     s->len = c->len;
     s->pending = 0;
 }
@@ -377,7 +371,7 @@ static void context_init(const model_pair *p, int ctx, const bench_opts *o, cont
     state_save(&c->ts, &c->t_saved);
     state_save(&c->ds, &c->d_saved);
     size_t free_b = 0, total_b = 0;
-    CK(cudaMemGetInfo(&free_b, &total_b));
+    SD_BENCH_CK(cudaMemGetInfo(&free_b, &total_b));
     fprintf(stderr,
             "bench_gpu_trace: %s ctx %d: %d tokens prefilled in %.0f ms (target) + %.0f ms (draft); states %.2f + %.2f GB "
             "(and as much saved); device memory free %.1f of %.1f GB\n",
@@ -386,8 +380,8 @@ static void context_init(const model_pair *p, int ctx, const bench_opts *o, cont
 }
 
 static void context_free(context *c) {
-    CK(cudaFree(c->t_saved.bytes));
-    CK(cudaFree(c->d_saved.bytes));
+    SD_BENCH_CK(cudaFree(c->t_saved.bytes));
+    SD_BENCH_CK(cudaFree(c->d_saved.bytes));
     sd_state_free(&c->ts);
     sd_state_free(&c->ds);
     free(c->prompt);
@@ -487,7 +481,7 @@ static void rounds_at(const model_pair *p, int ctx, const bench_opts *o, sd_cuda
 }
 
 static int rounds_at_contexts(const bench_opts *o) {
-    CK(cudaSetDevice(0));
+    SD_BENCH_CK(cudaSetDevice(0));
     static model_pair p; // stays put: the states point into its models
     synth_pair(o->config ? o->config : "toy", &o->cfg, &p);
     sd_status st = {0};

@@ -61,7 +61,7 @@ typedef struct sd_prefill_scratch {
     sd_prefill_dense dense;
     uint16_t *kpack;         // (kpack_rows, packed width) bf16 keys of an MLA layer, grown to a state's capacity
     int kpack_rows;
-    int *counts_host;        // (2, E) pinned: the expert counts read back each MoE layer, then their offsets
+    int *counts_host;        // (2, E) pinned: an F32 MoE layer's expert counts read back, then their offsets
 } sd_prefill_scratch;
 
 #define SD_PREFILL_HEAD_ROWS 64
