@@ -1,9 +1,10 @@
 // gpu_bench.h — what the benches share (the prefill bench and lab all of it, bench_gpu_trace its
 // checks): stop-on-error checks (one line naming the program, the call and the place, then exit
-// 1), the median device time of a call, and the two ceilings their times are read against, measured on the device at hand (never assumed): the copy
-// bandwidth (bytes read + written per second of a large device-to-device copy, the bound of what
-// streams weights) and the bf16 GEMM rate (cuBLASLt through kernels/gemm.h — the prefill's own GEMM
-// path — on an n × n × n product, the bound of what is compute-bound).
+// 1), the median device time of a call, and the two ceilings their times are read against,
+// measured on the device at hand (never assumed): the copy bandwidth (bytes read + written per
+// second of a large device-to-device copy, the bound of what streams weights) and the bf16 GEMM
+// rate (cuBLASLt through kernels/gemm.h — the prefill's own GEMM path — on an n × n × n product,
+// the bound of what is compute-bound).
 #pragma once
 #include <cuda_runtime_api.h>
 #include <stddef.h>
