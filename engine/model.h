@@ -43,7 +43,7 @@ typedef struct {
 } sd_draw;
 
 // A route tap: one (MoE layer, token)'s selection read back on the host, in walk order, and its
-// routing margin (route.h: the K-th chosen expert's biased score minus the best one left out).
+// routing margin (route.h: how far the selection stands from changing, expert and group).
 typedef void (*sd_route_tap)(void *ctx, int layer, int pos, const int *sel, const float *w, int k, float margin);
 
 // What a forward reports besides logits. All optional.

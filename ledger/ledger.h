@@ -47,7 +47,7 @@ typedef struct {
     int k;
     int sel[LEDGER_MAX_K];
     float w[LEDGER_MAX_K];
-    float margin; // the K-th minus the (K+1)-th biased score where the arm knows it, else NAN
+    float margin; // route.h's routing margin (expert and group) where the arm knows it, else NAN
     // A position is routed again when a round re-verifies it after a rejection, so a row is known
     // by (dev, layer, pos, occ): occ is the how-many-th row of its (dev, layer, pos) in its arm,
     // from 0, in record order (seq) — set by the comparison; the n-th routing of a position in

@@ -399,7 +399,8 @@ Test(route, table) {
             cr_expect(e <= ROUTE_TOL, "%s: w[%d] = %.9g, expected %.9g", rc->name, j, wts[j], rc->w[j]);
         }
         // The host selection from the logits (route.h) is the same routing, bit for bit, and its
-        // margin is the K-th chosen s' minus the best eligible one left out (brute force here).
+        // margin is the K-th chosen s' minus the best eligible one left out, or the group margin when
+        // smaller (brute force here).
         float logits[RE], work_sel[4], margin = NAN;
         int sel2[4];
         unsigned char work[sizeof(float) * (2 * RE + RE) + 2 * RE];
@@ -420,7 +421,26 @@ Test(route, table) {
             const float sp = 1.0f / (1.0f + expf(-logits[e])) + bias[e];
             if (!in_sel && (rc->G == 1 || group_kept) && sp > best_out) best_out = sp;
         }
-        const float want = best_out == -INFINITY ? INFINITY : chosen - best_out;
+        float want = best_out == -INFINITY ? INFINITY : chosen - best_out;
+        if (rc->G > 1) { // and the group margin: the weakest kept group's top-2 sum minus the best dropped one's
+            float gs[RE], kept_min = INFINITY, dropped_max = -INFINITY;
+            for (int g = 0; g < rc->G; g++) {
+                float top = -INFINITY, second = -INFINITY;
+                for (int e = g * per; e < (g + 1) * per; e++) {
+                    const float sp = 1.0f / (1.0f + expf(-logits[e])) + bias[e];
+                    if (sp > top) second = top, top = sp;
+                    else if (sp > second) second = sp;
+                }
+                gs[g] = top + second;
+            }
+            for (int g = 0; g < rc->G; g++) {
+                int better = 0; // groups ranked above g (ties: the lower index first)
+                for (int h = 0; h < rc->G; h++) better += gs[h] > gs[g] || (gs[h] == gs[g] && h < g);
+                if (better < c.topk_group) kept_min = gs[g] < kept_min ? gs[g] : kept_min;
+                else dropped_max = gs[g] > dropped_max ? gs[g] : dropped_max;
+            }
+            if (dropped_max > -INFINITY && kept_min - dropped_max < want) want = kept_min - dropped_max;
+        }
         cr_expect(margin == want, "%s: margin %.9g, expected %.9g", rc->name, margin, want);
         cr_expect(sd_route_margin(logits, bias, &c) == margin, "%s: sd_route_margin", rc->name);
     }

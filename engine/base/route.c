@@ -25,6 +25,7 @@ void sd_route_select(const float *logits, const float *bias, const sd_config *c,
     const int E = c->num_experts, K = c->num_experts_per_token, G = c->num_expert_group, per = E / G;
     float *s = work, *sp = s + E, *gscore = sp + E;
     unsigned char *taken = (unsigned char *)(gscore + G), *gtaken = taken + E;
+    float gmargin = INFINITY; // the last kept group's score minus the best dropped one's
     for (int e = 0; e < E; e++) {
         s[e] = sigmoid(logits[e]);
         sp[e] = s[e] + bias[e];
@@ -40,7 +41,10 @@ void sd_route_select(const float *logits, const float *bias, const sd_config *c,
             gscore[g] = top + second;
             gtaken[g] = 0;
         }
-        for (int kept = 0; kept < c->topk_group; kept++) gtaken[take_max(gscore, G, gtaken)] = 1;
+        int last = -1;
+        for (int kept = 0; kept < c->topk_group; kept++) gtaken[last = take_max(gscore, G, gtaken)] = 1;
+        const int gnext = take_max(gscore, G, gtaken);
+        if (gnext >= 0) gmargin = gscore[last] - gscore[gnext];
         for (int e = 0; e < E; e++)
             if (!gtaken[e / per]) sp[e] = -INFINITY;
     }
@@ -58,7 +62,8 @@ void sd_route_select(const float *logits, const float *bias, const sd_config *c,
     }
     if (!margin) return;
     const int next = take_max(sp, E, taken);
-    *margin = next < 0 || sp[next] == -INFINITY ? INFINITY : sp[sel[K - 1]] - sp[next];
+    const float emargin = next < 0 || sp[next] == -INFINITY ? INFINITY : sp[sel[K - 1]] - sp[next];
+    *margin = emargin < gmargin ? emargin : gmargin;
 }
 
 float sd_route_margin(const float *logits, const float *bias, const sd_config *c) {

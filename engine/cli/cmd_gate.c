@@ -30,7 +30,8 @@ static const char *HELP =
     "graphs) — and compares the target's sel and w per (device, layer, token) bit for bit, and the\n"
     "tokens and the last forward's logits. One verdict line per (device, layer), then a summary;\n"
     "on a mismatch the first (device, layer, token), both rows and the routing margin there (the\n"
-    "K-th chosen minus the best left-out biased score: a near-tie shows as a margin of a few ulps).\n"
+    "K-th chosen minus the best left-out biased score, or the group margin when smaller: a near-tie\n"
+    "shows as a margin of a few ulps).\n"
     "On the CPU backend both arms run the host walk (the ledger's CPU stand-in records the graph\n"
     "arm). Exit 0 only when everything matched, 1 on any mismatch, 2 on bad usage.\n\n"
     SD_CLI_MODELS_HELP
@@ -175,7 +176,7 @@ static void print_device(const gate_cli *c, const gate_device *d) {
                (d->first.a.k ? d->first.a.occ : d->first.b.occ) + 1);
         print_row("eager", &d->first.a);
         print_row("graph", &d->first.b);
-        if (d->first.a.k) printf("  margin %.9g (the K-th chosen minus the best left-out biased score)\n", d->first.a.margin);
+        if (d->first.a.k) printf("  margin %.9g (the K-th chosen minus the best left-out biased score, or the group margin)\n", d->first.a.margin);
     }
     if (c->g.canary && d->canary_layer >= 0)
         printf("canary: one ulp planted at %s layer %d token %d, entry 0\n", w, d->canary_layer, d->canary_pos);
