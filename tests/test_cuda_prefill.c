@@ -2,8 +2,8 @@
 // CPU references (the test-backend-ops habit: random inputs, guarded outputs, NaN fails): the
 // cuBLASLt GEMM against sd_linear, the chunked KDA kernels against both CPU forms of the
 // recurrence, the flash attention against a float64 softmax, the MoE block against
-// sd_moe_forward. Then whole models: every position's logits, the state left and the next decode
-// step within MODEL.md's GPU tolerance of the token path; plain and speculative runs after a fast
+// sd_moe_forward. Then whole models: the logits of every position routed clear of a near-tie, the
+// state left and the next decode step within MODEL.md's GPU tolerance of the token path; plain and speculative runs after a fast
 // prefill token for token; refusals that leave the state as it was. Without a device every test
 // reports itself skipped.
 #include <math.h>
@@ -353,8 +353,12 @@ static void report_rows(const float *got, const float *ref, const float *margin,
     fprintf(stderr, "\n");
 }
 
+// A routing margin below this is a near-tie: the bf16 rounding of the activations (2^-9 of a
+// product) can move a biased score by as much, so the prefill may keep the other expert or group.
+#define ROUTE_NEAR_TIE 0x1p-9f
+
 // The token path's smallest routing margin of each position over the MoE layers (model.h's route
-// tap: the K-th chosen expert's biased score minus the best one left out).
+// tap: the expert or the group margin, whichever is smaller).
 static void least_margin(void *ctx, int layer, int pos, const int *sel, const float *w, int k, float margin) {
     (void)layer; (void)sel; (void)w; (void)k;
     float *m = ctx;
@@ -362,7 +366,8 @@ static void least_margin(void *ctx, int layer, int pos, const int *sel, const fl
 }
 
 // The prompt through the prefill (pieces of `piece` tokens) against the token path (verify
-// chunks of 8, ≡ decode): the logits of every position, the live state, and the next decode step.
+// chunks of 8, ≡ decode): the logits of every position routed clear of a near-tie, the live
+// state, and the next decode step.
 static void check_model(const char *config, int bf16, int n, int piece) {
     need_gpu();
     sd_model host, dev;
@@ -392,8 +397,25 @@ static void check_model(const char *config, int bf16, int n, int piece) {
     cr_assert_eq(pre_s.len, n);
     cr_assert_eq(pre_s.pending, 0);
     report_rows(got, ref, margin, n, V, 2e-2, what);
-    CHECK_REL(got, ref, (size_t)n * V, 2e-2, "%s: every position's logits", what);
-    expect_greedy_where_clear(got, ref, n, V, what);
+    // The logits of every position whose routing is clear (docs/PREFILL.md: a near-tie may route
+    // otherwise under the bf16 activations, and then its row is another, equally valid, function).
+    int clear = 0;
+    float *got_c = malloc(sizeof(float) * (size_t)n * V), *ref_c = malloc(sizeof(float) * (size_t)n * V);
+    for (int t = 0; t < n; t++)
+        if (margin[t] >= ROUTE_NEAR_TIE) {
+            memcpy(got_c + (size_t)clear * V, got + (size_t)t * V, sizeof(float) * V);
+            memcpy(ref_c + (size_t)clear * V, ref + (size_t)t * V, sizeof(float) * V);
+            clear++;
+        }
+    cr_log_info("%s: %d of %d positions route clear of a near-tie; all positions: relative error %.3g", what, clear, n,
+                gpu_rel_err(got, ref, (size_t)n * V));
+    cr_assert(2 * clear >= n, "%s: only %d of %d positions route clear of a near-tie (margin >= %.3g): the check would "
+              "cover too little", what, clear, n, ROUTE_NEAR_TIE);
+    CHECK_REL(got_c, ref_c, (size_t)clear * V, 2e-2, "%s: the logits of the %d clearly routed positions", what, clear);
+    expect_greedy_where_clear(got_c, ref_c, clear, V, what);
+    for (size_t i = 0; i < (size_t)n * V; i++) cr_assert(isfinite(got[i]), "%s: logit %zu is not finite", what, i);
+    free(got_c);
+    free(ref_c);
     // The state it leaves: the live KDA slot and conv rows, the MLA cache rows.
     for (int i = 0; i < c->num_hidden_layers; i++) {
         if (c->mixer[i] == SD_MIXER_KDA) {
