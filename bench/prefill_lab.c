@@ -456,7 +456,7 @@ static void lab_model(void) {
             SD_BENCH_OK(sd_forward(&dev, &rs, tokens + t, T, ref + (size_t)t * V, 0, NULL, &st_));
             SD_BENCH_OK(sd_state_commit(&rs, T, &st_));
         }
-        SD_BENCH_OK(sd_prefill_rows(&dev, &ps, tokens, NC, got, true, &st_));
+        SD_BENCH_OK(sd_prefill_rows(&dev, &ps, tokens, NC, got, true, NULL, &st_));
         add_row("model", "prefill vs token path, 300", rel_err(got, ref, (size_t)NC * V), 2e-2, -1, 0, "");
         SD_BENCH_OK(sd_forward(&dev, &rs, tokens + NC, 1, ref + (size_t)NC * V, 0, NULL, &st_));
         SD_BENCH_OK(sd_forward(&dev, &ps, tokens + NC, 1, got + (size_t)NC * V, 0, NULL, &st_));

@@ -17,7 +17,7 @@ typedef struct sd_backend {
     // A whole prompt at once (sd_prefill_rows's contract, model.h), for prompts longer than
     // SD_PREFILL_TOKEN_PATH_MAX; NULL: sd_prefill runs forwards of at most max_T tokens.
     sd_code (*prefill)(const sd_model *m, sd_state *s, const int *tokens, int n, float *logits, bool all_rows,
-                       sd_status *st);
+                       const sd_prefill_opts *opts, sd_status *st);
     // sd_accept_ref on this backend's memory (p, q, work there; drafts and top in host
     // memory): the same (n, bonus), results valid on return. NULL: sd_accept refuses sampled
     // rounds on this backend (the CPU has no sd_backend: the reference runs).

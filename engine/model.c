@@ -64,6 +64,20 @@ static void norm_rows(const float *x, const float *w, int T, int D, float eps, f
     for (int t = 0; t < T; t++) sd_rmsnorm(x + (size_t)t * D, w, D, eps, out + (size_t)t * D);
 }
 
+// The caller's route override on each of T tokens' selections (model.h), each expert id checked.
+static sd_code override_routes(const sd_forward_opts *o, const sd_config *c, int layer, int p0, int T, int *sel, float *w,
+                               sd_status *st) {
+    const int K = c->num_experts_per_token;
+    for (int t = 0; t < T; t++) {
+        o->override_route(o->override_ctx, layer, p0 + t, sel + (size_t)t * K, w + (size_t)t * K, K);
+        for (int j = 0; j < K; j++)
+            if (sel[(size_t)t * K + j] < 0 || sel[(size_t)t * K + j] >= c->num_experts)
+                return sd_fail(st, SD_ERR_USAGE, "route override: expert %d at layer %d, position %d is outside 0..%d",
+                               sel[(size_t)t * K + j], layer, p0 + t, c->num_experts - 1);
+    }
+    return SD_OK;
+}
+
 // One layer: h += mixer(rmsnorm(h)); h += ffn(rmsnorm(h)). Level-2 buckets time the mixer and
 // the FFN calls when opts->trace asks for them. A rank of a group (m->comm) adds the ranks'
 // partial sublayer outputs (all-reduce) before each residual add. The ledger records the routing
@@ -96,8 +110,11 @@ static sd_code layer_forward(const sd_model *m, sd_state *s, int i, int T, const
     norm_rows(x->x, ly->post_norm, T, D, c->rms_norm_eps, x->a);
     t0 = trace_bucket_start(tb);
     if (ly->is_moe) {
-        sd_moe_forward(&ly->moe, c, s, x->a, T, x->mix);
         const int K = c->num_experts_per_token;
+        sd_moe_route_rows(&ly->moe, c, s, x->a, T);
+        if (opts && opts->override_route) rc = override_routes(opts, c, i, sd_state_next_pos(s), T, x->sel, x->w, st);
+        if (rc) return rc;
+        sd_moe_experts(&ly->moe, c, s, x->a, T, x->mix);
         if (opts && opts->ledger)
             rc = ledger_record_device(opts->ledger, m->comm ? m->comm->rank : 0, i, x->sel, x->w, T * K, NULL, st);
         if (opts && opts->on_route)
@@ -148,6 +165,8 @@ sd_code sd_forward(const sd_model *m, sd_state *s, const int *tokens, int T, flo
     sd_code rc = sd_forward_check(m, s, tokens, T, st);
     if (rc) return rc;
 
+    if (m->backend && opts && opts->override_route)
+        return sd_fail(st, SD_ERR_UNSUPPORTED, "route override: the CPU reference only, not the %s backend", m->backend->name);
     if (m->backend) return m->backend->forward(m, s, tokens, T, logits, last_only, opts, st);
 
     sd_scratch *x = &s->scratch;
@@ -207,15 +226,16 @@ void sd_model_sync(void *model) {
 }
 
 sd_code sd_prefill_rows(const sd_model *m, sd_state *s, const int *tokens, int n, float *logits, bool all_rows,
-                        sd_status *st) {
+                        const sd_prefill_opts *opts, sd_status *st) {
     if (n > SD_PREFILL_TOKEN_PATH_MAX && m->backend && m->backend->prefill && !m->comm) // the batch path has no collectives
-        return m->backend->prefill(m, s, tokens, n, logits, all_rows, st);
+        return m->backend->prefill(m, s, tokens, n, logits, all_rows, opts, st);
     const size_t V = (size_t)m->cfg.vocab_size;
+    const sd_forward_opts taps = {.on_route = opts ? opts->on_route : NULL, .route_ctx = opts ? opts->route_ctx : NULL};
     for (int done = 0; done < n;) {
         int room = s->max_T - s->pending, T = n - done < room ? n - done : room;
         int last = done + T == n;
         float *out = !logits ? NULL : all_rows ? logits + (size_t)done * V : last ? logits : NULL;
-        sd_code rc = sd_forward(m, s, tokens + done, T, out, !all_rows, NULL, st);
+        sd_code rc = sd_forward(m, s, tokens + done, T, out, !all_rows, &taps, st);
         if (rc) return rc;
         sd_state_commit(s, T, st);
         done += T;
@@ -224,5 +244,5 @@ sd_code sd_prefill_rows(const sd_model *m, sd_state *s, const int *tokens, int n
 }
 
 sd_code sd_prefill(const sd_model *m, sd_state *s, const int *tokens, int n, float *last_logits, sd_status *st) {
-    return sd_prefill_rows(m, s, tokens, n, last_logits, false, st);
+    return sd_prefill_rows(m, s, tokens, n, last_logits, false, NULL, st);
 }

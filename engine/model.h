@@ -46,12 +46,23 @@ typedef struct {
 // routing margin (route.h: how far the selection stands from changing, expert and group).
 typedef void (*sd_route_tap)(void *ctx, int layer, int pos, const int *sel, const float *w, int k, float margin);
 
+// A route override: called once per (MoE layer, token) after the router has chosen and before the
+// experts run; it may rewrite sel[0..k) (expert ids, 0 .. num_experts-1) and w[0..k) (the weights
+// the combine uses). The teacher-forced reference: the token path under another path's routing
+// (tests/test_cuda_prefill.c holds the prefill to the token path routed as the prefill routed).
+// The route tap then reports the rewritten selection beside the router's own margin. The CPU
+// reference honours it; a forward on any other backend with an override refuses (SD_ERR_UNSUPPORTED).
+typedef void (*sd_route_override)(void *ctx, int layer, int pos, int *sel, float *w, int k);
+
 // What a forward reports besides logits. All optional.
 typedef struct {
     trace_burst *trace; // level-2 verify buckets tick here when trace->level >= 2 (verify only)
     // Called once per (MoE layer, token) with the router's selection, in walk order.
     sd_route_tap on_route;
     void *route_ctx;
+    // Called once per (MoE layer, token) before its experts run (the CPU reference only).
+    sd_route_override override_route;
+    void *override_ctx;
     // The selection ledger's device arm (ledger/ledger.h): each MoE layer's sel/w copied into its
     // pre-armed slot where the walk keeps them (device memory on a GPU, inside a captured graph
     // too; the CPU stand-in on the host). No host readback; NULL: off.
@@ -122,7 +133,15 @@ void sd_model_sync(void *model);
 // speculative run of one prompt prefill alike (spec ≡ greedy holds after either).
 #define SD_PREFILL_TOKEN_PATH_MAX 32
 sd_code sd_prefill(const sd_model *m, sd_state *s, const int *tokens, int n, float *last_logits, sd_status *st);
+// What a prefill reports besides logits: the route tap, once per (MoE layer, token) in walk order
+// (a piece's layers, each layer's tokens). On the token path it is the forward's tap; the CUDA
+// prefill reads each MoE layer's selection and router logits back for it (a diagnostic readback,
+// not the fast path).
+typedef struct {
+    sd_route_tap on_route;
+    void *route_ctx;
+} sd_prefill_opts;
 // The same with the logits of every position (n × V) when all_rows (`specdec forward --mode
-// prefill`); logits may be NULL.
+// prefill`); logits and opts may be NULL.
 sd_code sd_prefill_rows(const sd_model *m, sd_state *s, const int *tokens, int n, float *logits, bool all_rows,
-                        sd_status *st);
+                        const sd_prefill_opts *opts, sd_status *st);

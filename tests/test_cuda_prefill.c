@@ -2,9 +2,10 @@
 // CPU references (the test-backend-ops habit: random inputs, guarded outputs, NaN fails): the
 // cuBLASLt GEMM against sd_linear, the chunked KDA kernels against both CPU forms of the
 // recurrence, the flash attention against a float64 softmax, the MoE block against
-// sd_moe_forward. Then whole models: the logits of every position routed clear of a near-tie, the
-// state left and the next decode step within MODEL.md's GPU tolerance of the token path; plain and speculative runs after a fast
-// prefill token for token; refusals that leave the state as it was. Without a device every test
+// sd_moe_forward. Then whole models: the routing the token path's but at near-ties, every
+// position's logits within MODEL.md's GPU tolerance of the token path routed as the prefill routed,
+// the state left and the next decode step within it of the token path; plain and speculative runs
+// after a fast prefill token for token; refusals that leave the state as it was. Without a device every test
 // reports itself skipped.
 #include <math.h>
 #include <stdint.h>
@@ -311,7 +312,7 @@ static void check_moe(const char *config, int bf16, int C) {
 Test(cuda_prefill, moe_tiny_f32) { check_moe("configs/tiny.json", 0, 57); }
 Test(cuda_prefill, moe_tiny_bf16) { check_moe("configs/tiny.json", 1, 200); }
 Test(cuda_prefill, moe_toy_bf16) { check_moe("configs/toy.json", 1, 300); }
-Test(cuda_prefill, moe_toy_bf16_many_tiles) { check_moe("configs/toy.json", 1, 1000); } // ~125 rows an expert: two tiles
+Test(cuda_prefill, moe_toy_bf16_many_tiles) { check_moe("configs/toy.json", 1, 2000); } // ~250 rows an expert: two tiles of 128
 
 // ---------------------------------------------------------------------------- whole models
 static float *read_back(const float *dev_ptr, size_t n) {
@@ -353,21 +354,100 @@ static void report_rows(const float *got, const float *ref, const float *margin,
     fprintf(stderr, "\n");
 }
 
-// A routing margin below this is a near-tie: the bf16 rounding of the activations (2^-9 of a
-// product) can move a biased score by as much, so the prefill may keep the other expert or group.
-#define ROUTE_NEAR_TIE 0x1p-9f
+// One path's routing of a prompt: sel and w of every (layer, position) (MoE layers only filled)
+// and the margin there, as the route tap reports them.
+typedef struct {
+    int n, K;
+    int *sel;
+    float *w, *margin;
+} routes;
 
-// The token path's smallest routing margin of each position over the MoE layers (model.h's route
-// tap: the expert or the group margin, whichever is smaller).
-static void least_margin(void *ctx, int layer, int pos, const int *sel, const float *w, int k, float margin) {
-    (void)layer; (void)sel; (void)w; (void)k;
-    float *m = ctx;
-    if (margin < m[pos]) m[pos] = margin;
+static routes routes_new(const sd_config *c, int n) {
+    const size_t at = (size_t)c->num_hidden_layers * n;
+    routes r = {.n = n, .K = c->num_experts_per_token, .sel = calloc(at * c->num_experts_per_token, sizeof(int)),
+                .w = calloc(at * c->num_experts_per_token, sizeof(float)), .margin = calloc(at, sizeof(float))};
+    cr_assert(r.sel && r.w && r.margin);
+    return r;
+}
+static void routes_free(routes *r) { free(r->sel); free(r->w); free(r->margin); }
+
+static void record_route(void *ctx, int layer, int pos, const int *sel, const float *w, int k, float margin) {
+    routes *r = ctx;
+    cr_assert(pos >= 0 && pos < r->n && k == r->K, "route tap: position %d, k %d", pos, k);
+    const size_t at = (size_t)layer * r->n + pos;
+    memcpy(r->sel + at * k, sel, sizeof(int) * k);
+    memcpy(r->w + at * k, w, sizeof(float) * k);
+    r->margin[at] = margin;
 }
 
-// The prompt through the prefill (pieces of `piece` tokens) against the token path (verify
-// chunks of 8, ≡ decode): the logits of every position routed clear of a near-tie, the live
-// state, and the next decode step.
+// The route override of the teacher-forced reference: the prefill's routing in place of the
+// router's, the router's own choice kept beside it.
+typedef struct {
+    const routes *pre;
+    routes *own;
+} forcing;
+static void force_route(void *ctx, int layer, int pos, int *sel, float *w, int k) {
+    const forcing *f = ctx;
+    const size_t at = (size_t)layer * f->pre->n + pos;
+    memcpy(f->own->sel + at * k, sel, sizeof(int) * k);
+    memcpy(sel, f->pre->sel + at * k, sizeof(int) * k);
+    memcpy(w, f->pre->w + at * k, sizeof(float) * k);
+}
+
+// Under the same routing history the prefill's router input differs from the token path's by the
+// bf16 rounding of the activations (2^-9 a product) carried through the layers, so the two may
+// choose otherwise only where the token path's choice stands near a tie.
+#define ROUTE_FLIP_MARGIN 0x1p-6f
+
+// Whether two selections of k experts hold the same experts (in any order: two selected experts
+// of near-equal scores may come out in either order, which moves only the combine's rounding).
+static bool same_experts(const int *a, const int *b, int k) {
+    for (int i = 0; i < k; i++) {
+        bool found = false;
+        for (int j = 0; j < k && !found; j++) found = a[i] == b[j];
+        if (!found) return false;
+    }
+    return true;
+}
+
+// Where the prefill's selection of positions 0 .. n-1 differs from the router's own choice in the
+// teacher-forced reference (own.sel, margin[] of that run): each must sit at a margin below
+// ROUTE_FLIP_MARGIN.
+static void check_route_flips(const sd_config *c, const routes *pre, const routes *own, const float *margin, int n,
+                              const char *what) {
+    int flips = 0, wide = 0, entries = 0, wide_layer = -1, wide_pos = -1;
+    float widest = 0;
+    for (int i = 0; i < c->num_hidden_layers; i++) {
+        if (!sd_config_is_moe(c, i)) continue;
+        for (int t = 0; t < n; t++) {
+            const size_t at = (size_t)i * pre->n + t;
+            entries++;
+            if (same_experts(pre->sel + at * pre->K, own->sel + at * own->K, pre->K)) continue;
+            flips++;
+            wide += margin[at] >= ROUTE_FLIP_MARGIN;
+            if (flips <= 6) { // the first few, so a failure shows what moved
+                fprintf(stderr, "[flip] %s: layer %d position %d margin %.3g: prefill", what, i, t, margin[at]);
+                for (int j = 0; j < pre->K; j++) fprintf(stderr, " %d", pre->sel[at * pre->K + j]);
+                fprintf(stderr, ", token path");
+                for (int j = 0; j < own->K; j++) fprintf(stderr, " %d", own->sel[at * own->K + j]);
+                fprintf(stderr, "\n");
+            }
+            if (margin[at] > widest) widest = margin[at], wide_layer = i, wide_pos = t;
+        }
+    }
+    cr_log_info("%s: %d of %d (MoE layer, position) entries route otherwise than the token path would on the same "
+                "history (margins up to %.3g there)", what, flips, entries, widest);
+    cr_assert(!wide, "%s: %d entries route otherwise at a margin >= %.3g; the widest %.3g at layer %d, position %d", what,
+              wide, ROUTE_FLIP_MARGIN, widest, wide_layer, wide_pos);
+}
+
+// The prompt through the prefill (pieces of `piece` tokens) against the token path (verify chunks
+// of 8, ≡ decode, ≡ the CPU reference). The prefill's routing is the token path's but at
+// near-ties, and a near-tie routed otherwise changes a position's row outright, so the values are
+// held to the teacher-forced token path — the CPU reference routed as the prefill routed (model.h's
+// route override): every position's logits, the live state it leaves (KDA slot and conv rows, MLA
+// cache rows) and the next decode step, within MODEL.md's GPU tolerance. The route tap must not
+// change the prefill's bits.
 static void check_model(const char *config, int bf16, int n, int piece) {
     need_gpu();
     sd_model host, dev;
@@ -380,72 +460,96 @@ static void check_model(const char *config, int bf16, int n, int piece) {
     char what[128];
     snprintf(what, sizeof what, "%s (%s) %d tokens in pieces of %d", config, bf16 ? "bf16" : "f32", n, piece);
     OK(sd_cuda_prefill_set_chunk(&dev, piece, &st_));
-    sd_state ref_s, pre_s;
-    OK(sd_model_state_init(&dev, &ref_s, n + 1, max_T, &st_));
+    sd_state tok_s, pre_s, plain_s, cpu_s;
+    OK(sd_model_state_init(&dev, &tok_s, n + 1, max_T, &st_));
     OK(sd_model_state_init(&dev, &pre_s, n + 1, max_T, &st_));
-    float *ref = malloc(sizeof(float) * (size_t)(n + 1) * V), *got = malloc(sizeof(float) * (size_t)(n + 1) * V);
-    float *margin = malloc(sizeof(float) * (n + 1));
-    for (int t = 0; t <= n; t++) margin[t] = INFINITY;
-    const sd_forward_opts taps = {.on_route = least_margin, .route_ctx = margin};
-    for (int t = 0; t < n; t += max_T) { // the token path
+    OK(sd_model_state_init(&dev, &plain_s, n + 1, max_T, &st_));
+    OK(sd_model_state_init(&host, &cpu_s, n + 1, max_T, &st_));
+    const size_t NV = (size_t)(n + 1) * V;
+    float *ref = malloc(sizeof(float) * NV), *got = malloc(sizeof(float) * NV), *plain = malloc(sizeof(float) * NV);
+    float *forced = malloc(sizeof(float) * NV), *margin = malloc(sizeof(float) * n);
+    routes tok = routes_new(c, n + 1), pre = routes_new(c, n + 1), own = routes_new(c, n + 1), forced_taps = routes_new(c, n + 1);
+
+    // The token path as it routes itself (its margins; the error it shows, for the report).
+    const sd_forward_opts taps = {.on_route = record_route, .route_ctx = &tok};
+    for (int t = 0; t < n; t += max_T) {
         const int T = n - t < max_T ? n - t : max_T;
-        OK(sd_forward(&dev, &ref_s, tokens + t, T, ref + (size_t)t * V, 0, &taps, &st_));
-        OK(sd_state_commit(&ref_s, T, &st_));
+        OK(sd_forward(&dev, &tok_s, tokens + t, T, ref + (size_t)t * V, 0, &taps, &st_));
+        OK(sd_state_commit(&tok_s, T, &st_));
     }
+    // The prefill, with its route tap and without.
     cr_assert(n > SD_PREFILL_TOKEN_PATH_MAX);
-    OK(sd_prefill_rows(&dev, &pre_s, tokens, n, got, true, &st_));
-    cr_assert_eq(pre_s.len, n);
-    cr_assert_eq(pre_s.pending, 0);
-    report_rows(got, ref, margin, n, V, 2e-2, what);
-    // The logits of every position whose routing is clear (docs/PREFILL.md: a near-tie may route
-    // otherwise under the bf16 activations, and then its row is another, equally valid, function).
-    int clear = 0;
-    float *got_c = malloc(sizeof(float) * (size_t)n * V), *ref_c = malloc(sizeof(float) * (size_t)n * V);
-    for (int t = 0; t < n; t++)
-        if (margin[t] >= ROUTE_NEAR_TIE) {
-            memcpy(got_c + (size_t)clear * V, got + (size_t)t * V, sizeof(float) * V);
-            memcpy(ref_c + (size_t)clear * V, ref + (size_t)t * V, sizeof(float) * V);
-            clear++;
-        }
-    cr_log_info("%s: %d of %d positions route clear of a near-tie; all positions: relative error %.3g", what, clear, n,
-                gpu_rel_err(got, ref, (size_t)n * V));
-    cr_assert(2 * clear >= n, "%s: only %d of %d positions route clear of a near-tie (margin >= %.3g): the check would "
-              "cover too little", what, clear, n, ROUTE_NEAR_TIE);
-    CHECK_REL(got_c, ref_c, (size_t)clear * V, 2e-2, "%s: the logits of the %d clearly routed positions", what, clear);
-    expect_greedy_where_clear(got_c, ref_c, clear, V, what);
+    const sd_prefill_opts pre_taps = {.on_route = record_route, .route_ctx = &pre};
+    OK(sd_prefill_rows(&dev, &pre_s, tokens, n, got, true, &pre_taps, &st_));
+    cr_assert(pre_s.len == n && pre_s.pending == 0);
+    OK(sd_prefill_rows(&dev, &plain_s, tokens, n, plain, true, NULL, &st_));
+    cr_assert(!memcmp(got, plain, sizeof(float) * (size_t)n * V), "%s: the route tap changed the prefill's logits", what);
     for (size_t i = 0; i < (size_t)n * V; i++) cr_assert(isfinite(got[i]), "%s: logit %zu is not finite", what, i);
-    free(got_c);
-    free(ref_c);
-    // The state it leaves: the live KDA slot and conv rows, the MLA cache rows.
+
+    // The teacher-forced reference: the CPU token path with the prefill's selections and weights.
+    forcing f = {.pre = &pre, .own = &own};
+    const sd_forward_opts force_opts = {.override_route = force_route, .override_ctx = &f, .on_route = record_route,
+                                        .route_ctx = &forced_taps};
+    for (int t = 0; t < n; t += max_T) {
+        const int T = n - t < max_T ? n - t : max_T;
+        OK(sd_forward(&host, &cpu_s, tokens + t, T, forced + (size_t)t * V, 0, &force_opts, &st_));
+        OK(sd_state_commit(&cpu_s, T, &st_));
+    }
+    int flips = 0;
+    for (int i = 0; i < c->num_hidden_layers; i++)
+        for (int t = 0; sd_config_is_moe(c, i) && t < n; t++) {
+            const size_t at = (size_t)i * tok.n + t;
+            flips += !same_experts(pre.sel + at * tok.K, tok.sel + at * tok.K, tok.K);
+        }
+    for (int t = 0; t < n; t++) { // the token path's least margin of each position, for the report
+        margin[t] = INFINITY;
+        for (int i = 0; i < c->num_hidden_layers; i++)
+            if (sd_config_is_moe(c, i) && tok.margin[(size_t)i * tok.n + t] < margin[t]) margin[t] = tok.margin[(size_t)i * tok.n + t];
+    }
+    report_rows(got, forced, margin, n, V, 2e-2, what);
+    cr_log_info("%s: against the token path as it routes itself (%d entries otherwise): relative error %.3g", what, flips,
+                gpu_rel_err(got, ref, (size_t)n * V));
+    CHECK_REL(got, forced, (size_t)n * V, 2e-2, "%s: every position's logits (the token path routed as the prefill)", what);
+    expect_greedy_where_clear(got, forced, n, V, what);
+    check_route_flips(c, &pre, &own, forced_taps.margin, n, what);
+
+    // The state it leaves against the teacher-forced one: the live KDA slot and conv rows, the MLA cache rows.
     for (int i = 0; i < c->num_hidden_layers; i++) {
         if (c->mixer[i] == SD_MIXER_KDA) {
             const size_t nS = (size_t)c->kda_num_heads * c->kda_head_dim * c->kda_head_dim;
-            float *a = read_back(sd_state_kda_S(&pre_s, i, n), nS), *r = read_back(sd_state_kda_S(&ref_s, i, n), nS);
-            CHECK_REL(a, r, nS, 2e-2, "%s: layer %d KDA state", what, i);
+            float *a = read_back(sd_state_kda_S(&pre_s, i, n), nS);
+            CHECK_REL(a, sd_state_kda_S(&cpu_s, i, n), nS, 2e-2, "%s: layer %d KDA state", what, i);
             const int P = sd_config_kda_dim(c), W = c->short_conv_kernel_size;
             for (int pos = n - (W - 1); pos < n; pos++) {
                 const float *row_a = pre_s.kda[i].conv + (size_t)sd_state_conv_row(&pre_s, pos) * 3 * P;
-                const float *row_r = ref_s.kda[i].conv + (size_t)sd_state_conv_row(&ref_s, pos) * 3 * P;
-                float *ca = read_back(row_a, 3 * (size_t)P), *cr = read_back(row_r, 3 * (size_t)P);
-                CHECK_REL(ca, cr, 3 * (size_t)P, 2e-2, "%s: layer %d conv row of position %d", what, i, pos);
-                free(ca); free(cr);
+                const float *row_r = cpu_s.kda[i].conv + (size_t)sd_state_conv_row(&cpu_s, pos) * 3 * P;
+                float *ca = read_back(row_a, 3 * (size_t)P);
+                CHECK_REL(ca, row_r, 3 * (size_t)P, 2e-2, "%s: layer %d conv row of position %d", what, i, pos);
+                free(ca);
             }
-            free(a); free(r);
+            free(a);
         } else {
             const size_t nc = (size_t)n * c->kv_lora_rank;
-            float *a = read_back(pre_s.mla[i].c, nc), *r = read_back(ref_s.mla[i].c, nc);
-            CHECK_REL(a, r, nc, 2e-2, "%s: layer %d MLA latent cache", what, i);
-            free(a); free(r);
+            float *a = read_back(pre_s.mla[i].c, nc);
+            CHECK_REL(a, cpu_s.mla[i].c, nc, 2e-2, "%s: layer %d MLA latent cache", what, i);
+            free(a);
         }
     }
-    // The next decode step continues from it.
-    OK(sd_forward(&dev, &ref_s, tokens + n, 1, ref + (size_t)n * V, 0, NULL, &st_));
-    OK(sd_forward(&dev, &pre_s, tokens + n, 1, got + (size_t)n * V, 0, NULL, &st_));
-    CHECK_REL(got + (size_t)n * V, ref + (size_t)n * V, V, 2e-2, "%s: the decode step after the prompt", what);
-    expect_greedy_where_clear(got + (size_t)n * V, ref + (size_t)n * V, 1, V, what);
-    free(tokens); free(ref); free(got); free(margin);
-    sd_state_free(&ref_s);
+    // The next decode step continues from it (the CPU routed as the device's step routed).
+    OK(sd_forward(&dev, &pre_s, tokens + n, 1, got + (size_t)n * V, 0, &(sd_forward_opts){.on_route = record_route, .route_ctx = &pre},
+                  &st_));
+    OK(sd_forward(&host, &cpu_s, tokens + n, 1, forced + (size_t)n * V, 0, &force_opts, &st_));
+    CHECK_REL(got + (size_t)n * V, forced + (size_t)n * V, V, 2e-2, "%s: the decode step after the prompt", what);
+    expect_greedy_where_clear(got + (size_t)n * V, forced + (size_t)n * V, 1, V, what);
+    free(tokens); free(ref); free(got); free(plain); free(forced); free(margin);
+    routes_free(&tok);
+    routes_free(&pre);
+    routes_free(&own);
+    routes_free(&forced_taps);
+    sd_state_free(&tok_s);
     sd_state_free(&pre_s);
+    sd_state_free(&plain_s);
+    sd_state_free(&cpu_s);
     sd_model_free(&dev);
     sd_model_free(&host);
 }
@@ -504,7 +608,7 @@ Test(cuda_prefill, refusals_leave_the_state) {
     OK(sd_model_state_init(&dev, &s, 60, 4, &st_));
     sd_status st = {0};
     OK(sd_forward(&dev, &s, tokens, 2, NULL, 0, NULL, &st_));
-    cr_assert_eq(sd_cuda_prefill(&dev, &s, tokens, 40, NULL, false, &st), SD_ERR_USAGE, "pending positions must be refused");
+    cr_assert_eq(sd_cuda_prefill(&dev, &s, tokens, 40, NULL, false, NULL, &st), SD_ERR_USAGE, "pending positions must be refused");
     cr_assert(strstr(st.msg, "pending"), "%s", st.msg);
     cr_assert(s.len == 0 && s.pending == 2);
     OK(sd_state_commit(&s, 2, &st_));
@@ -514,6 +618,15 @@ Test(cuda_prefill, refusals_leave_the_state) {
     cr_assert_eq(sd_prefill(&dev, &s, tokens, 40, NULL, &st), SD_ERR_DATA, "a token outside the vocabulary must be refused");
     cr_assert(strstr(st.msg, "vocabulary"), "%s", st.msg);
     cr_assert_eq(s.len, 2);
+    // The route override is the CPU reference's alone: a device forward refuses it, state kept.
+    routes none = routes_new(&host.cfg, 60), own = routes_new(&host.cfg, 60);
+    forcing f = {.pre = &none, .own = &own};
+    const sd_forward_opts force_opts = {.override_route = force_route, .override_ctx = &f};
+    cr_assert_eq(sd_forward(&dev, &s, tokens, 2, NULL, 0, &force_opts, &st), SD_ERR_UNSUPPORTED);
+    cr_assert(strstr(st.msg, "route override"), "%s", st.msg);
+    cr_assert(s.len == 2 && s.pending == 0);
+    routes_free(&none);
+    routes_free(&own);
     sd_state_free(&s);
     sd_model_free(&dev);
     sd_model_free(&host);

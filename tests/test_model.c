@@ -223,3 +223,103 @@ Test(forward_sample, equals_softmax_and_draw_of_logits) {
     free(ref);
     sd_model_free(&m);
 }
+
+// ---------------------------------------------------------------------------- route override
+// The override's tokens: the router's own selection (identity) or a rotation of every expert id.
+typedef struct { int calls, shift, bad_at; const sd_config *c; route_log *chosen; } override_ctx;
+static void override_rotate(void *ctx, int layer, int pos, int *sel, float *w, int k) {
+    override_ctx *o = ctx;
+    o->calls++;
+    if (o->chosen) record_route(o->chosen, layer, pos, sel, w, k, 0.0f); // what the router chose
+    for (int j = 0; j < k; j++) sel[j] = (sel[j] + o->shift) % o->c->num_experts;
+    if (pos == o->bad_at) sel[0] = o->c->num_experts; // one expert id past the end
+}
+
+// The route override on the CPU reference: the router's own selection gives the same bits; a
+// rewritten one is what the experts run and the tap reports; an expert id out of range is refused
+// and leaves the state as it was. Verify chunks call it once per (MoE layer, token) as decode does.
+Test(route_override, identity_rewrite_and_refusal) {
+    sd_model m;
+    synth_from("configs/tiny.json", 5, 1, SD_MAX_LAYERS, 1.0f, &m);
+    const sd_config *c = &m.cfg;
+    enum { T = 6 };
+    const int V = c->vocab_size;
+    int tokens[T];
+    random_tokens(31, V, T, tokens);
+    float *plain = malloc(sizeof(float) * T * V), *same = malloc(sizeof(float) * T * V), *moved = malloc(sizeof(float) * T * V);
+    sd_status st = {0};
+    int moe_layers = 0;
+    for (int i = 0; i < c->num_hidden_layers; i++) moe_layers += sd_config_is_moe(c, i);
+    cr_assert(moe_layers > 0);
+    float *outs[3] = {plain, same, moved};
+    route_log logs[3] = {{0}}, chosen = {0};
+    for (int pass = 0; pass < 3; pass++) {
+        override_ctx o = {.shift = pass == 2 ? 1 : 0, .bad_at = -1, .c = c, .chosen = pass == 2 ? &chosen : NULL};
+        sd_forward_opts opts = {.on_route = record_route, .route_ctx = &logs[pass],
+                                .override_route = pass ? override_rotate : NULL, .override_ctx = &o};
+        sd_state s;
+        cr_assert_eq(sd_state_init(&s, c, 16, T, &st), SD_OK);
+        cr_assert_eq(sd_forward(&m, &s, tokens, T, outs[pass], 0, &opts, &st), SD_OK, "%s", st.msg);
+        if (pass) cr_assert_eq(o.calls, T * moe_layers, "override calls: %d, expected %d", o.calls, T * moe_layers);
+        sd_state_free(&s);
+    }
+    cr_assert(memcmp(plain, same, sizeof(float) * T * V) == 0, "the identity override changed the logits");
+    cr_assert(memcmp(plain, moved, sizeof(float) * T * V) != 0, "a rotated selection left the logits unchanged");
+    cr_assert_eq(logs[2].n, chosen.n);
+    for (int r = 0; r < chosen.n; r++)
+        for (int j = 0; j < c->num_experts_per_token; j++)
+            cr_assert_eq(logs[2].rows[r].sel[j], (chosen.rows[r].sel[j] + 1) % c->num_experts,
+                         "the tap reports the rewritten selection (row %d, slot %d)", r, j);
+
+    override_ctx bad = {.bad_at = 3, .c = c};
+    const sd_forward_opts refuse = {.override_route = override_rotate, .override_ctx = &bad};
+    sd_state s;
+    cr_assert_eq(sd_state_init(&s, c, 16, T, &st), SD_OK);
+    cr_assert_eq(sd_forward(&m, &s, tokens, T, moved, 0, &refuse, &st), SD_ERR_USAGE);
+    cr_assert(strstr(st.msg, "route override") && strstr(st.msg, "position 3"), "the error names the position: %s", st.msg);
+    cr_assert_eq(s.len, 0);
+    cr_assert_eq(s.pending, 0, "a refused forward leaves nothing pending");
+    sd_state_free(&s);
+    for (int pass = 0; pass < 3; pass++) free(logs[pass].rows);
+    free(chosen.rows);
+    free(plain); free(same); free(moved);
+    sd_model_free(&m);
+}
+
+// sd_prefill_rows on the CPU reference: the prefill's route tap is the token path's, once per
+// (MoE layer, position), the same rows as forwards of max_T with the forward's tap.
+Test(route_override, prefill_route_tap_on_the_token_path) {
+    sd_model m;
+    synth_from("configs/tiny.json", 5, 1, SD_MAX_LAYERS, 1.0f, &m);
+    const sd_config *c = &m.cfg;
+    enum { N = 45, MAX_T = 8 };
+    int tokens[N];
+    random_tokens(32, c->vocab_size, N, tokens);
+    sd_status st = {0};
+    route_log pre = {0}, fwd = {0};
+    sd_state s;
+    cr_assert_eq(sd_state_init(&s, c, N, MAX_T, &st), SD_OK);
+    const sd_prefill_opts po = {.on_route = record_route, .route_ctx = &pre};
+    cr_assert_eq(sd_prefill_rows(&m, &s, tokens, N, NULL, false, &po, &st), SD_OK, "%s", st.msg);
+    cr_assert_eq(s.len, N);
+    sd_state_free(&s);
+    cr_assert_eq(sd_state_init(&s, c, N, MAX_T, &st), SD_OK);
+    const sd_forward_opts fo = {.on_route = record_route, .route_ctx = &fwd};
+    for (int t = 0; t < N; t += MAX_T) {
+        const int T = N - t < MAX_T ? N - t : MAX_T;
+        cr_assert_eq(sd_forward(&m, &s, tokens + t, T, NULL, 0, &fo, &st), SD_OK, "%s", st.msg);
+        sd_state_commit(&s, T, &st);
+    }
+    int moe_layers = 0;
+    for (int i = 0; i < c->num_hidden_layers; i++) moe_layers += sd_config_is_moe(c, i);
+    cr_assert_eq(pre.n, N * moe_layers, "prefill tap rows: %d, expected %d", pre.n, N * moe_layers);
+    cr_assert_eq(fwd.n, pre.n);
+    for (int r = 0; r < pre.n; r++) {
+        cr_assert(pre.rows[r].layer == fwd.rows[r].layer && pre.rows[r].pos == fwd.rows[r].pos, "row %d", r);
+        cr_assert(!memcmp(pre.rows[r].sel, fwd.rows[r].sel, sizeof(int) * c->num_experts_per_token), "row %d sel", r);
+    }
+    free(pre.rows);
+    free(fwd.rows);
+    sd_state_free(&s);
+    sd_model_free(&m);
+}

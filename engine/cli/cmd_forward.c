@@ -46,7 +46,7 @@ static sd_code forced_rank(void *ctx, int rank, const sd_model *m, sd_status *st
     sd_state s = {0};
     float *logits = rank ? malloc(sizeof(float) * (size_t)f->T * V) : f->logits;
     sd_code rc = logits ? sd_model_state_init(m, &s, f->T, f->chunk, st) : sd_fail(st, SD_ERR_SYS, "out of memory");
-    if (!rc && f->prefill) rc = sd_prefill_rows(m, &s, f->tokens, f->T, logits, true, st);
+    if (!rc && f->prefill) rc = sd_prefill_rows(m, &s, f->tokens, f->T, logits, true, NULL, st);
     for (int t = 0; !rc && !f->prefill && t < f->T; t += f->chunk) {
         int n = f->T - t < f->chunk ? f->T - t : f->chunk;
         rc = sd_forward(m, &s, f->tokens + t, n, logits + (size_t)t * V, 0, NULL, st);

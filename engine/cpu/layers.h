@@ -26,4 +26,10 @@ void sd_moe_route(const sd_moe_weights *w, const sd_config *c, const float *b, i
 // (j in selection order) + shared. Leaves sel/w of token t at s->scratch.sel/w + t·K. A rank's
 // shard (sd_config_shard) routes over every expert but runs and sums only the ones it holds,
 // with its slice of the shared expert: the group's all-reduce adds the ranks' parts.
+// sd_moe_forward = sd_moe_route_rows then sd_moe_experts; between them a caller may rewrite the
+// scratch's sel/w (model.h's route override).
 void sd_moe_forward(const sd_moe_weights *w, const sd_config *c, sd_state *s, const float *b, int T, float *out);
+// The router of every token: its logits at s->scratch.router + t·E, sel/w at s->scratch.sel/w + t·K.
+void sd_moe_route_rows(const sd_moe_weights *w, const sd_config *c, sd_state *s, const float *b, int T);
+// The experts of the selection in s->scratch.sel/w, and the shared expert.
+void sd_moe_experts(const sd_moe_weights *w, const sd_config *c, sd_state *s, const float *b, int T, float *out);

@@ -31,7 +31,7 @@ void sd_moe_route(const sd_moe_weights *w, const sd_config *c, const float *b, i
     free(work);
 }
 
-void sd_moe_forward(const sd_moe_weights *w, const sd_config *c, sd_state *s, const float *b, int T, float *out) {
+void sd_moe_route_rows(const sd_moe_weights *w, const sd_config *c, sd_state *s, const float *b, int T) {
     const int E = c->num_experts, K = c->num_experts_per_token, D = c->hidden_size;
     sd_scratch *x = &s->scratch;
     for (int t = 0; t < T; t++) { // the logits stay in the scratch (the route tap's margins)
@@ -39,6 +39,16 @@ void sd_moe_forward(const sd_moe_weights *w, const sd_config *c, sd_state *s, co
         sd_route_select(x->router + (size_t)t * E, w->bias, c, x->route_work, x->sel + (size_t)t * K, x->w + (size_t)t * K,
                         NULL);
     }
+}
+
+void sd_moe_forward(const sd_moe_weights *w, const sd_config *c, sd_state *s, const float *b, int T, float *out) {
+    sd_moe_route_rows(w, c, s, b, T);
+    sd_moe_experts(w, c, s, b, T, out);
+}
+
+void sd_moe_experts(const sd_moe_weights *w, const sd_config *c, sd_state *s, const float *b, int T, float *out) {
+    const int E = c->num_experts, K = c->num_experts_per_token, D = c->hidden_size;
+    sd_scratch *x = &s->scratch;
 
     // Each selected expert runs once over the tokens that chose it (its weights are read once
     // per forward); its output rows go to exp_out[t][j]. Per token this is the same arithmetic

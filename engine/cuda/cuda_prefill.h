@@ -17,9 +17,10 @@
 // (host memory) of the last position (V floats) or, with all_rows, of every position (n × V); may
 // be NULL. Needs nothing pending. Errors before any work (the state unchanged): a usage error, a
 // token outside the vocabulary, the context full. A failure during the work resets the state to
-// the empty sequence (its live slot and conv rows may be half-written) and says so.
+// the empty sequence (its live slot and conv rows may be half-written) and says so. opts->on_route
+// (may be NULL) sees every MoE layer's selection of every piece, read back after the layer.
 sd_code sd_cuda_prefill(const sd_model *m, sd_state *s, const int *tokens, int n, float *logits, bool all_rows,
-                        sd_status *st);
+                        const sd_prefill_opts *opts, sd_status *st);
 
 // The piece size of m's later prefills (1 .. 65536): the scratch is made again at the next one.
 sd_code sd_cuda_prefill_set_chunk(const sd_model *m, int chunk, sd_status *st);

@@ -12,6 +12,7 @@
 #include "mla_prefill.h"    // sd_mla_packed_width
 #include "moe_grouped.h"    // sd_moe_grouped_max_tiles
 #include "prefill_internal.h"
+#include "route.h"          // sd_route_margin
 #include "rows.h"           // sd_cuda_embed, sd_cuda_rmsnorm
 
 #define TRY(call)                    \
@@ -169,9 +170,36 @@ size_t sd_cuda_prefill_scratch_bytes(const sd_model *m) {
 }
 
 // ---------------------------------------------------------------------------- a piece
+// The route tap on MoE layer i's selection of the piece's C tokens (at positions p0 ..): sel, w
+// and the router logits read back (a diagnostic sync, only when a tap is set), the margin from them.
+static sd_code tap_routes(sd_cuda_backend *b, const sd_prefill_scratch *p, const sd_model *m, int i, int C, int p0,
+                          const sd_prefill_opts *opts, sd_status *st) {
+    const sd_config *c = &m->cfg;
+    const int E = c->num_experts, K = c->num_experts_per_token;
+    int *sel = malloc(sizeof(int) * (size_t)C * K);
+    float *w = malloc(sizeof(float) * (size_t)C * K), *router = malloc(sizeof(float) * ((size_t)C + 1) * E);
+    sd_code rc = sel && w && router ? SD_OK : sd_fail(st, SD_ERR_SYS, "cuda prefill: out of memory (route tap)");
+    float *bias = router + (size_t)C * E;
+    cudaStream_t q = b->stream;
+    cudaError_t e = cudaSuccess;
+    if (!rc) e = cudaMemcpyAsync(sel, p->moe.sel, sizeof(int) * (size_t)C * K, cudaMemcpyDeviceToHost, q);
+    if (!rc && !e) e = cudaMemcpyAsync(w, p->moe.w, sizeof(float) * (size_t)C * K, cudaMemcpyDeviceToHost, q);
+    if (!rc && !e) e = cudaMemcpyAsync(router, p->moe.router, sizeof(float) * (size_t)C * E, cudaMemcpyDeviceToHost, q);
+    if (!rc && !e) e = cudaMemcpyAsync(bias, m->w.layers[i].moe.bias, sizeof(float) * (size_t)E, cudaMemcpyDeviceToHost, q);
+    if (!rc && !e) e = cudaStreamSynchronize(q);
+    if (e) rc = sd_fail(st, SD_ERR_SYS, "cuda prefill: route readback: %s", cudaGetErrorString(e));
+    for (int t = 0; !rc && t < C; t++)
+        opts->on_route(opts->route_ctx, i, p0 + t, sel + (size_t)t * K, w + (size_t)t * K, K,
+                       sd_route_margin(router + (size_t)t * E, bias, c));
+    free(sel);
+    free(w);
+    free(router);
+    return rc;
+}
+
 // C tokens at positions s->len .. s->len+C-1 through every layer (model.c's layer walk).
 static sd_code run_piece(sd_cuda_backend *b, sd_prefill_scratch *p, const sd_model *m, sd_state *s, const int *tokens, int C,
-                         sd_status *st) {
+                         const sd_prefill_opts *opts, sd_status *st) {
     const sd_config *c = &m->cfg;
     const int D = c->hidden_size;
     cudaStream_t q = b->stream;
@@ -185,8 +213,12 @@ static sd_code run_piece(sd_cuda_backend *b, sd_prefill_scratch *p, const sd_mod
         else TRY(sd_prefill_mla_mixer(b, p, m, s, i, C, st));
         TRY(sd_cuda_rmsnorm(p->x, ly->post_norm, C, D, c->rms_norm_eps, p->a, q, st));
         TRY(sd_cuda_to_bf16(p->a, (size_t)C * D, p->a16, q, st));
-        if (ly->is_moe) TRY(sd_prefill_moe_ffn(b, p, m, i, C, st));
-        else TRY(sd_prefill_dense_ffn(b, p, m, i, C, st));
+        if (ly->is_moe) {
+            TRY(sd_prefill_moe_ffn(b, p, m, i, C, st));
+            if (opts && opts->on_route) TRY(tap_routes(b, p, m, i, C, s->len, opts, st));
+        } else {
+            TRY(sd_prefill_dense_ffn(b, p, m, i, C, st));
+        }
     }
     return SD_OK;
 }
@@ -228,7 +260,7 @@ static sd_code check_request(sd_cuda_backend *b, const sd_model *m, const sd_sta
 }
 
 sd_code sd_cuda_prefill(const sd_model *m, sd_state *s, const int *tokens, int n, float *logits, bool all_rows,
-                        sd_status *st) {
+                        const sd_prefill_opts *opts, sd_status *st) {
     sd_cuda_backend *b = sd_cuda_backend_of(m);
     TRY(check_request(b, m, s, tokens, n, st));
     SD_CUDA_CHECK(st, cudaSetDevice(b->device));
@@ -239,7 +271,7 @@ sd_code sd_cuda_prefill(const sd_model *m, sd_state *s, const int *tokens, int n
     for (int done = 0; !rc && done < n;) {
         const int C = n - done < p->chunk ? n - done : p->chunk;
         const bool last = done + C == n;
-        rc = run_piece(b, p, m, s, tokens + done, C, st);
+        rc = run_piece(b, p, m, s, tokens + done, C, opts, st);
         if (!rc && logits && all_rows) rc = head_rows(b, p, m, 0, C, logits + (size_t)done * V, st);
         if (!rc && logits && !all_rows && last) rc = head_rows(b, p, m, C - 1, 1, logits, st);
         if (!rc) {
