@@ -18,7 +18,7 @@ extern "C" {
 #include "moe_experts.h" // sd_cuda_expert
 #include "status.h"      // sd_code, sd_status
 
-#define SD_MOE_GROUPED_BM 64 // grouped rows per tile: an expert's group is cut into tiles of at most this many
+#define SD_MOE_GROUPED_BM 128 // grouped rows per tile: an expert's group is cut into tiles of at most this many
 
 // The most tiles n grouped rows over E experts can make (each expert's last tile may be partial).
 static inline int sd_moe_grouped_max_tiles(int n, int E) { return (n + SD_MOE_GROUPED_BM - 1) / SD_MOE_GROUPED_BM + E; }
