@@ -5,8 +5,11 @@
 //   prep (grid chunks × heads, 256 threads): G = cumsum(g) per key dimension, the pairs s ≤ r of
 //        A = β k̃·k̂ and Aqk = q̃·k̂ with exp(G_r − G_s) taken per element (never exp(−G): no overflow
 //        at any decay), the forward substitution (I + A)[U0 | W] = [βv | β exp(G) ⊙ k] — one thread
-//        per column, so the solve needs no barrier — and the decayed queries exp(G) ⊙ q, keys
-//        exp(G_last − G) ⊙ k and the chunk's decay exp(G_last), all to global memory;
+//        per column, so the solve needs no barrier, each column's rows kept where only its thread
+//        reads them (U0's in the queries' rows, done with by then; W's over the keys' own column,
+//        row by row as the key is consumed), so two blocks share a multiprocessor — and the
+//        decayed queries exp(G) ⊙ q, keys exp(G_last − G) ⊙ k and the chunk's decay exp(G_last),
+//        all to global memory;
 //   scan (grid heads × value-column blocks of BV, chunk after chunk): S[:, block] in shared
 //        memory; U = U0 − W S, o = d^-0.5 (q̃ S + Aqk U), S ← Diag(exp(G_last)) S + K̄ᵀ U. Each
 //        thread owns one column and a strided set of rows, so every weight-like operand read from
@@ -105,10 +108,10 @@ extern "C" size_t sd_cuda_kda_chunk_work_floats(int T, int H, int d) {
 
 static size_t prep_smem(int d) {
     const size_t L = KDA_CHUNK;
-    return sizeof(float) * (3 * L * (d + 1) + L * (L + 1) + L * 2 * d);
+    return sizeof(float) * (3 * L * (d + 1) + L * L);
 }
 
-static __global__ void __launch_bounds__(PREP_THREADS)
+static __global__ void __launch_bounds__(PREP_THREADS, 2)
 prep_kernel(const float *__restrict__ q, const float *__restrict__ k, const float *__restrict__ v, int ld,
             const float *__restrict__ g, int ld_g, const float *__restrict__ beta, int ld_b, int T, int H, int d,
             float *__restrict__ Wm, float *__restrict__ U0, float *__restrict__ Kbar, float *__restrict__ Qt,
@@ -116,7 +119,7 @@ prep_kernel(const float *__restrict__ q, const float *__restrict__ k, const floa
     extern __shared__ float sm[];
     constexpr int L = KDA_CHUNK;
     const int c = blockIdx.x, h = blockIdx.y, t0 = c * L, Lc = T - t0 < L ? T - t0 : L, P = H * d, dp = d + 1;
-    float *Ks = sm, *Qs = Ks + L * dp, *Gs = Qs + L * dp, *As = Gs + L * dp, *Xs = As + L * (L + 1);
+    float *Ks = sm, *Qs = Ks + L * dp, *Gs = Qs + L * dp, *As = Gs + L * dp;
     const int tid = threadIdx.x;
     for (int idx = tid; idx < Lc * d; idx += PREP_THREADS) {
         const int r = idx / d, i = idx % d;
@@ -149,7 +152,7 @@ prep_kernel(const float *__restrict__ q, const float *__restrict__ k, const floa
             akk = fmaf(Kr[i], e, akk);
             aqk = fmaf(Qr[i], e, aqk);
         }
-        As[r * (L + 1) + s] = s < r ? beta[(size_t)(t0 + r) * ld_b + h] * akk : 0.0f;
+        As[r * L + s] = s < r ? beta[(size_t)(t0 + r) * ld_b + h] * akk : 0.0f;
         aqk_out[r * L + s] = aqk;
     }
     // The decayed queries and keys and the chunk's decay (G only: no barrier needed).
@@ -161,16 +164,20 @@ prep_kernel(const float *__restrict__ q, const float *__restrict__ k, const floa
         Kbar[o] = __expf(Glast[i] - Gs[r * dp + i]) * Ks[r * dp + i];
     }
     for (int i = tid; i < d; i += PREP_THREADS) GL[((size_t)c * H + h) * d + i] = __expf(Glast[i]);
-    __syncthreads(); // A complete
-    // X_r = B_r − Σ_{s<r} A_rs X_s, one thread per column of [βv | β exp(G) ⊙ k].
+    __syncthreads(); // A complete; the queries' rows are free
+    // X_r = B_r − Σ_{s<r} A_rs X_s, one thread per column of [βv | β exp(G) ⊙ k]: column j < d
+    // keeps its rows in Qs (row pitch d), column d + i over Ks's column i (row r replaces the key
+    // it was made from). Only the column's own thread reads either.
     for (int j = tid; j < 2 * d; j += PREP_THREADS) {
+        float *X = j < d ? Qs + j : Ks + (j - d);
+        const int xp = j < d ? d : dp;
         for (int r = 0; r < Lc; r++) {
             const float b = beta[(size_t)(t0 + r) * ld_b + h];
             float x = j < d ? b * v[(size_t)(t0 + r) * ld + (size_t)h * d + j]
                             : b * (__expf(Gs[r * dp + j - d]) * Ks[r * dp + j - d]);
-            const float *Ar = As + r * (L + 1);
-            for (int s = 0; s < r; s++) x = fmaf(-Ar[s], Xs[s * 2 * d + j], x);
-            Xs[r * 2 * d + j] = x;
+            const float *Ar = As + r * L;
+            for (int s = 0; s < r; s++) x = fmaf(-Ar[s], X[s * xp], x);
+            X[r * xp] = x;
             const size_t o = (size_t)(t0 + r) * P + (size_t)h * d;
             if (j < d) U0[o + j] = x;
             else Wm[o + j - d] = x;
