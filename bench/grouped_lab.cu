@@ -1,8 +1,9 @@
 // grouped_lab.cu — the grouped expert GEMM (kernels/moe_grouped.cuh) at Kimi-Linear's prefill
 // shape in several tilings: the routed experts' [gate | up] and down GEMMs of a 4096-token piece
 // (256 experts of 2304 × 1024, 8 a token, the rows grouped by expert from a random routing), each
-// tiling checked against a float64 dot of sampled outputs and against the first tiling bit for bit,
-// then timed (median of --reps launches) and printed as ms and TFLOP/s, with one JSON line each.
+// tiling checked against a float64 dot of sampled outputs (and its bits compared with the first,
+// the product's), then timed (median of --reps launches) and printed as ms and TFLOP/s, with one
+// JSON line each.
 //
 // usage: grouped_lab [--tokens N] [--reps N] [--seed S]
 #include <cuda_bf16.h>
@@ -43,8 +44,9 @@ typedef struct {
 #define SHAPE(BM, BN, BK, WM, WN, S) \
     {#BM "x" #BN " k" #BK " " #WM "x" #WN "w s" #S, BM, sd_grouped_gemm_launch<BM, BN, BK, WM, WN, S>}
 static const shape shapes[] = {
-    SHAPE(64, 128, 32, 2, 2, 3),  SHAPE(128, 128, 32, 4, 2, 4), SHAPE(128, 128, 32, 4, 2, 3), SHAPE(128, 128, 32, 2, 2, 4),
-    SHAPE(128, 128, 64, 4, 2, 3), SHAPE(64, 256, 32, 2, 4, 4),  SHAPE(128, 256, 32, 4, 4, 3),
+    SHAPE(128, 128, 64, 4, 2, 3), // the product's (moe_grouped.cu)
+    SHAPE(128, 128, 64, 2, 2, 3), SHAPE(128, 128, 32, 2, 2, 4), SHAPE(128, 256, 64, 2, 4, 3), SHAPE(128, 256, 32, 4, 4, 4),
+    SHAPE(64, 128, 64, 2, 2, 4),  SHAPE(64, 128, 32, 2, 2, 3),
 };
 
 int main(int argc, char **argv) {
@@ -174,7 +176,7 @@ int main(int argc, char **argv) {
                 differ = 0;
                 for (size_t i = 0; i < got.size(); i++) differ += memcmp(&got[i], &ref_out[i], 4) != 0;
             }
-            const bool ok = max_rel <= 1e-4 && differ <= 0;
+            const bool ok = max_rel <= 1e-4; // the bits are reported, not required
             failed |= !ok;
             std::vector<float> ms;
             for (int r = 0; r < reps; r++) {
@@ -189,9 +191,9 @@ int main(int argc, char **argv) {
             const double med = median(ms);
             char bits[64];
             if (differ < 0) snprintf(bits, sizeof bits, "(the reference)");
-            else snprintf(bits, sizeof bits, "%lld differ%s", differ, ok ? "" : "  FAIL");
-            printf("%-26s %-5s %9.3f %9.1f %10.2e %s\n", sh.name, op == SD_MOE_GROUPED_UP ? "up" : "down", med,
-                   flops / med / 1e9, max_rel, bits);
+            else snprintf(bits, sizeof bits, "%lld differ", differ);
+            printf("%-26s %-5s %9.3f %9.1f %10.2e %s%s\n", sh.name, op == SD_MOE_GROUPED_UP ? "up" : "down", med,
+                   flops / med / 1e9, max_rel, bits, ok ? "" : "  FAIL");
             printf("{\"bench\":\"grouped_lab\",\"device\":\"%s\",\"tiling\":\"%s\",\"op\":\"%s\",\"tokens\":%d,\"rows\":%d,"
                    "\"ms\":%.4f,\"tflops\":%.2f,\"max_rel\":%.3g,\"bits_differ\":%lld,\"ok\":%s}\n",
                    dev_name, sh.name, op == SD_MOE_GROUPED_UP ? "up" : "down", tokens, rows, med, flops / med / 1e9, max_rel,

@@ -3,7 +3,7 @@
 #include "common.cuh" // SD_NVTX, sd_ceil_div, SD_LAUNCH_CHECK
 #include "moe_grouped.cuh"
 
-// SD_MOE_GROUPED_BM rows × 128 columns a block, k steps of 64, 8 warps of 32 × 64, a ring of 3.
+// SD_MOE_GROUPED_BM rows × 128 columns a block, k steps of 64, 8 warps of 32 × 64, a ring of three.
 #define BN 128
 #define BK 64
 #define WARPS_M 4

@@ -4,10 +4,12 @@
 // A block computes one output tile: BM grouped rows (one expert's) × BN output columns, over K in
 // steps of BK. The rows' activations and the expert's weight rows stream through shared memory in
 // a ring of STAGES buffers (cp.async, 16 bytes a copy, zero-filled past the ends), and WARPS_M ×
-// WARPS_N warps each hold a corner of the tile as FRAG_M × FRAG_N WMMA accumulators. A warp skips
-// the fragments whose 16 rows all lie past the tile's rows (an expert's last tile is partial), so
-// a tall tile costs tensor work only for the rows it has. The tile goes back through shared
-// memory so only the expert's own rows are written. The launch is one-dimensional: block b is
+// WARPS_N warps each hold a corner of the tile as 16 × 8 accumulators of mma.sync.m16n8k16 (bf16
+// in, f32 accumulate), their operands loaded with ldmatrix.x4 (WMMA's loads compile to plain
+// shared loads: docs/EXPERIMENTS.md#prefill-grouped-tiles). A warp skips the fragments whose 16
+// rows all lie past the tile's rows (an expert's last tile is partial), so a tall tile costs
+// tensor work only for the rows it has; only the expert's own rows are stored, from the
+// registers. The launch is one-dimensional: block b is
 // output tile b % nN of row tile b / nN, so the output tiles of one row tile run side by side and
 // read its activations from L2, and the row tiles of one expert follow each other and share its
 // weights there. Blocks past the device's tile count leave at once.
@@ -16,7 +18,6 @@
 // the tiling, so the shapes differ in speed, not in the bits (the lab checks it).
 #pragma once
 #include <cuda_bf16.h>
-#include <mma.h>
 #include "moe_grouped.h" // sd_moe_grouped_op, sd_cuda_expert
 
 // One thread: the experts in order, so the list (and each row's tile) never depends on timing.
@@ -61,13 +62,10 @@ __device__ __forceinline__ const __nv_bfloat16 *weight_row(int op, const sd_cuda
 template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES>
 struct sd_grouped_shape {
     static constexpr int LDS = BK + 8; // shared row pitch in bf16: 16 bytes past BK, so a fragment's 8 rows fall in distinct banks
-    static constexpr int LDC = BN + 4; // the accumulator tile's row pitch in floats
-    static constexpr int FRAG_M = BM / WARPS_M / 16, FRAG_N = BN / WARPS_N / 16;
     static constexpr int THREADS = WARPS_M * WARPS_N * 32;
     static constexpr int STAGE_ELEMS = (BM + BN) * LDS;
-    static constexpr size_t RING_BYTES = (size_t)STAGES * STAGE_ELEMS * 2, TILE_BYTES = (size_t)BM * LDC * 4;
-    static constexpr size_t SMEM_BYTES = RING_BYTES > TILE_BYTES ? RING_BYTES : TILE_BYTES; // the tile reuses the ring
-    static_assert(BM % (WARPS_M * 16) == 0 && BN % (WARPS_N * 16) == 0, "whole fragments a warp");
+    static constexpr size_t RING_BYTES = (size_t)STAGES * STAGE_ELEMS * 2; // the kernel's dynamic shared memory
+    static_assert(BM % (WARPS_M * 16) == 0 && BN % (WARPS_N * 16) == 0, "whole fragments a warp, n tiles in pairs");
     static_assert(BK % 16 == 0 && STAGES >= 2, "16-wide k steps, a ring of two or more");
 };
 
@@ -93,42 +91,57 @@ __device__ __forceinline__ void sd_grouped_load_stage(__nv_bfloat16 *s, const __
     }
 }
 
+namespace sd_grouped {
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void *p) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+} // namespace sd_grouped
+
 template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES>
 __global__ void __launch_bounds__(WARPS_M *WARPS_N * 32)
 sd_grouped_gemm_kernel(int op, const sd_cuda_expert *__restrict__ table, const int *__restrict__ tiles,
                        const int *__restrict__ n_tiles, const __nv_bfloat16 *__restrict__ x, int N, int K, int Ie,
                        float *__restrict__ y) {
-    using namespace nvcuda;
     using S = sd_grouped_shape<BM, BN, BK, WARPS_M, WARPS_N, STAGES>;
-    constexpr int LDS = S::LDS, LDC = S::LDC, FRAG_M = S::FRAG_M, FRAG_N = S::FRAG_N, THREADS = S::THREADS;
+    constexpr int LDS = S::LDS, THREADS = S::THREADS, FM = BM / WARPS_M / 16, FN = BN / WARPS_N / 8;
+    static_assert(FN % 2 == 0, "n tiles in pairs (one ldmatrix.x4 each)");
     extern __shared__ __align__(128) unsigned char sd_grouped_smem[];
     __nv_bfloat16 *ring = (__nv_bfloat16 *)sd_grouped_smem;
     __shared__ const __nv_bfloat16 *wrow[BN];
     const int nN = (N + BN - 1) / BN, tile = blockIdx.x / nN, n0 = (blockIdx.x % nN) * BN;
-    if (tile >= *n_tiles) return; // the whole block: nothing below has synchronised yet
+    if (tile >= *n_tiles) return;
     const int e = tiles[3 * tile], row0 = tiles[3 * tile + 1], rows = tiles[3 * tile + 2];
     const sd_cuda_expert ex = table[e];
     for (int i = threadIdx.x; i < BN; i += THREADS)
         wrow[i] = n0 + i < N ? sd_grouped::weight_row(op, ex, n0 + i, Ie, K) : nullptr;
     __syncthreads();
-
-    const int warp = threadIdx.x >> 5, wm = warp / WARPS_N, wn = warp % WARPS_N; // FRAG_M·16 rows × FRAG_N·16 columns
-    const int row_base = wm * FRAG_M * 16;
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[FRAG_M][FRAG_N];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wm = warp / WARPS_N, wn = warp % WARPS_N;
+    const int row_base = wm * FM * 16, col_base = wn * FN * 8;
+    float acc[FM][FN][4];
 #pragma unroll
-    for (int i = 0; i < FRAG_M; i++)
+    for (int i = 0; i < FM; i++)
 #pragma unroll
-        for (int j = 0; j < FRAG_N; j++) wmma::fill_fragment(acc[i][j], 0.0f);
-
+        for (int j = 0; j < FN; j++) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
     const int nk = (K + BK - 1) / BK;
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {
         if (s < nk) sd_grouped_load_stage<BM, BN, BK, THREADS, LDS>(ring + s * S::STAGE_ELEMS, x, row0, rows, wrow, s * BK, K);
         sd_grouped::copy_commit();
     }
+    // This lane's ldmatrix rows: A (16 rows × 16 k) and B pairs (16 columns × 16 k).
+    const int a_row = lane % 16, a_k = (lane / 16) * 8, b_row = (lane % 8) + (lane / 16) * 8, b_k = ((lane / 8) % 2) * 8;
     for (int kt = 0; kt < nk; kt++) {
-        sd_grouped::copy_wait<STAGES - 2>(); // stage kt has landed (this thread's copies) ...
-        __syncthreads();                     // ... everyone's; and everyone is done with the stage refilled below
+        sd_grouped::copy_wait<STAGES - 2>();
+        __syncthreads();
         const int next = kt + STAGES - 1;
         if (next < nk)
             sd_grouped_load_stage<BM, BN, BK, THREADS, LDS>(ring + (next % STAGES) * S::STAGE_ELEMS, x, row0, rows, wrow,
@@ -137,34 +150,36 @@ sd_grouped_gemm_kernel(int op, const sd_cuda_expert *__restrict__ table, const i
         const __nv_bfloat16 *sa = ring + (kt % STAGES) * S::STAGE_ELEMS, *sb = sa + BM * LDS;
 #pragma unroll
         for (int kk = 0; kk < BK; kk += 16) {
-            wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b[FRAG_N];
+            uint32_t b[FN / 2][4];
 #pragma unroll
-            for (int j = 0; j < FRAG_N; j++) wmma::load_matrix_sync(b[j], sb + ((wn * FRAG_N + j) * 16) * LDS + kk, LDS);
+            for (int jp = 0; jp < FN / 2; jp++) sd_grouped::ldsm_x4(b[jp], sb + (col_base + jp * 16 + b_row) * LDS + kk + b_k);
 #pragma unroll
-            for (int i = 0; i < FRAG_M; i++) {
-                if (row_base + i * 16 >= rows) continue; // warp-uniform: rows past the tile's end
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
-                wmma::load_matrix_sync(a, sa + (row_base + i * 16) * LDS + kk, LDS);
+            for (int i = 0; i < FM; i++) {
+                if (row_base + i * 16 >= rows) continue;
+                uint32_t a[4];
+                sd_grouped::ldsm_x4(a, sa + (row_base + i * 16 + a_row) * LDS + kk + a_k);
 #pragma unroll
-                for (int j = 0; j < FRAG_N; j++) wmma::mma_sync(acc[i][j], a, b[j], acc[i][j]);
+                for (int jp = 0; jp < FN / 2; jp++) {
+                    sd_grouped::mma16816(acc[i][2 * jp], a, b[jp][0], b[jp][1]);
+                    sd_grouped::mma16816(acc[i][2 * jp + 1], a, b[jp][2], b[jp][3]);
+                }
             }
         }
     }
     sd_grouped::copy_wait<0>();
-    __syncthreads(); // the ring is free: the accumulators go through it
-    float *ct = (float *)ring;
+    const int g = lane / 4, t = lane % 4;
 #pragma unroll
-    for (int i = 0; i < FRAG_M; i++)
+    for (int i = 0; i < FM; i++)
 #pragma unroll
-        for (int j = 0; j < FRAG_N; j++)
-            if (row_base + i * 16 < rows)
-                wmma::store_matrix_sync(ct + (row_base + i * 16) * LDC + (wn * FRAG_N + j) * 16, acc[i][j], LDC,
-                                        wmma::mem_row_major);
-    __syncthreads();
-    for (int i = threadIdx.x; i < rows * BN; i += THREADS) {
-        const int r = i / BN, c = i % BN;
-        if (n0 + c < N) y[(size_t)(row0 + r) * N + n0 + c] = ct[r * LDC + c];
-    }
+        for (int j = 0; j < FN; j++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int r = row_base + i * 16 + g + 8 * h, c = n0 + col_base + j * 8 + 2 * t;
+                if (r >= rows) continue;
+                float *o = y + (size_t)(row0 + r) * N + c;
+                if (c < N) o[0] = acc[i][j][2 * h];
+                if (c + 1 < N) o[1] = acc[i][j][2 * h + 1];
+            }
 }
 
 // The launch of one shape: max_tiles · ceil(N / BN) blocks.
@@ -174,10 +189,10 @@ cudaError_t sd_grouped_gemm_launch(int op, const sd_cuda_expert *table, const in
     using S = sd_grouped_shape<BM, BN, BK, WARPS_M, WARPS_N, STAGES>;
     auto kernel = sd_grouped_gemm_kernel<BM, BN, BK, WARPS_M, WARPS_N, STAGES>;
     // Per device, so at every launch (two a MoE layer: a driver call is nothing beside the GEMM).
-    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)S::SMEM_BYTES);
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)S::RING_BYTES);
     if (e != cudaSuccess) return e;
     const long long blocks = (long long)max_tiles * ((N + BN - 1) / BN);
     if (blocks < 1) return cudaSuccess;
-    kernel<<<(unsigned)blocks, S::THREADS, S::SMEM_BYTES, stream>>>(op, table, tiles, n_tiles, x, N, K, Ie, y);
+    kernel<<<(unsigned)blocks, S::THREADS, S::RING_BYTES, stream>>>(op, table, tiles, n_tiles, x, N, K, Ie, y);
     return cudaGetLastError();
 }

@@ -4,7 +4,7 @@
 // with many share the device at once, and nothing goes back to the host between the routing and
 // the combine (the tile list is built on the device from the counts).
 //
-// Precision: BF16 operands on the tensor cores (WMMA 16×16×16), FP32 accumulation, FP32 out — the
+// Precision: BF16 operands on the tensor cores (mma.sync 16×8×16), FP32 accumulation, FP32 out — the
 // arithmetic of the cuBLASLt GEMMs it replaces (gemm.h), in its own summation order: within the
 // prefill's tolerance of the token path, never bit for bit (docs/PREFILL.md). Deterministic: a
 // tile's sums do not depend on the other tiles or on timing.
