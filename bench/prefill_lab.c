@@ -13,7 +13,8 @@
 //             decode step, MODEL.md's 2e-2), then a 4096-token piece timed whole and by sublayer, and
 //             the routed experts' up GEMMs three ways over the same rows: the engine's grouped launch
 //             (kernels/moe_grouped.h), one cuBLASLt call per expert, and one cublasGemmGroupedBatchedEx
-//             call (bf16 out; the last two are alternatives to measure, not used by the engine)
+//             call for up and for down, bf16 and f32 out (the alternatives to measure, not used by
+//             the engine)
 // usage: prefill_lab [--all | --ceilings --gemm --kda --mla --model]   (no option: --all)
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -344,6 +345,7 @@ typedef struct {
     const float *al, *be;
     void *A, *B, *C;
     int ng;
+    cudaDataType ctype;
     cublasStatus_t rc;
 } grouped_ctx;
 static void run_grouped(void *ctx, cudaStream_t q) {
@@ -351,14 +353,16 @@ static void run_grouped(void *ctx, cudaStream_t q) {
     (void)q; // the handle's stream
     c->rc = cublasGemmGroupedBatchedEx(c->h, c->ta, c->tb, c->m, c->n, c->k, c->al, (const void *const *)c->A, CUDA_R_16BF,
                                        c->lda, (const void *const *)c->B, CUDA_R_16BF, c->ldb, c->be, (void *const *)c->C,
-                                       CUDA_R_16BF, c->ldc, c->ng, c->gs, CUBLAS_COMPUTE_32F);
+                                       c->ctype, c->ldc, c->ng, c->gs, CUBLAS_COMPUTE_32F);
 }
 
-// The routed experts' up GEMMs of the last MoE call (p->counts_host) as one grouped cuBLAS call
-// (bf16 in and out, FP32 compute): the alternative to the prefill's loop, timed beside it.
-static void grouped_up(const sd_model *m, sd_prefill_scratch *p, int layer, cudaStream_t q) {
+// The routed experts' up or down GEMMs of the last MoE call (p->counts_host) as one grouped cuBLAS
+// call, bf16 in and FP32 compute, out in bf16 or in f32 (the prefill's type): the alternative to the
+// engine's grouped launch, timed beside it.
+static void grouped_cublas(const sd_model *m, sd_prefill_scratch *p, int layer, bool down, bool f32_out, cudaStream_t q) {
     const sd_config *c = &m->cfg;
     const int E = c->num_experts, D = c->hidden_size, Ie = c->moe_intermediate_size;
+    const int M = down ? D : 2 * Ie, Kd = down ? Ie : D;
     int *mm = malloc(sizeof(int) * E), *nn = malloc(sizeof(int) * E), *kk = malloc(sizeof(int) * E);
     int *lda = malloc(sizeof(int) * E), *ldb = malloc(sizeof(int) * E), *ldc = malloc(sizeof(int) * E);
     int *gs = malloc(sizeof(int) * E);
@@ -366,31 +370,34 @@ static void grouped_up(const sd_model *m, sd_prefill_scratch *p, int layer, cuda
     float *al = malloc(sizeof(float) * E), *be = malloc(sizeof(float) * E);
     const void **A = malloc(sizeof(void *) * E), **B = malloc(sizeof(void *) * E);
     void **C = malloc(sizeof(void *) * E);
-    uint16_t *out = dev_alloc((size_t)c->num_experts_per_token * p->chunk * 2 * Ie * 2);
+    const size_t osize = f32_out ? 4 : 2;
+    char *out = dev_alloc((size_t)c->num_experts_per_token * p->chunk * M * osize);
     int ng = 0, off = 0;
     for (int e = 0; e < E; off += p->counts_host[e], e++) {
         if (!p->counts_host[e]) continue;
         const sd_ffn_weights *f = &m->w.layers[layer].moe.experts[e];
-        mm[ng] = 2 * Ie; nn[ng] = p->counts_host[e]; kk[ng] = D;
-        lda[ng] = D; ldb[ng] = D; ldc[ng] = 2 * Ie; gs[ng] = 1;
+        mm[ng] = M; nn[ng] = p->counts_host[e]; kk[ng] = Kd;
+        lda[ng] = Kd; ldb[ng] = Kd; ldc[ng] = M; gs[ng] = 1;
         ta[ng] = CUBLAS_OP_T; tb[ng] = CUBLAS_OP_N; al[ng] = 1.0f; be[ng] = 0.0f;
-        A[ng] = f->gate.data;
-        B[ng] = (const uint16_t *)p->moe.xg + (size_t)off * D;
-        C[ng] = out + (size_t)off * 2 * Ie;
+        A[ng] = down ? f->down.data : f->gate.data; // gate and up lie one after the other: [gate | up]
+        B[ng] = down ? (const void *)((const uint16_t *)p->moe.hb + (size_t)off * Ie)
+                     : (const void *)((const uint16_t *)p->moe.xg + (size_t)off * D);
+        C[ng] = out + (size_t)off * M * osize;
         ng++;
     }
     void *dA = to_dev(A, sizeof(void *) * ng), *dB = to_dev(B, sizeof(void *) * ng), *dC = to_dev(C, sizeof(void *) * ng);
     cublasHandle_t h;
-    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) { add_row("model", "grouped up: no cuBLAS handle", -1, 0, -1, 0, ""); return; }
+    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) { add_row("model", "grouped cuBLAS: no handle", -1, 0, -1, 0, ""); return; }
     cublasSetStream(h, q);
     grouped_ctx gc = {.h = h, .ta = ta, .tb = tb, .m = mm, .n = nn, .k = kk, .al = al, .be = be, .A = dA, .B = dB, .C = dC,
-                      .lda = lda, .ldb = ldb, .ldc = ldc, .ng = ng, .gs = gs};
+                      .lda = lda, .ldb = ldb, .ldc = ldc, .ng = ng, .gs = gs, .ctype = f32_out ? CUDA_R_32F : CUDA_R_16BF};
     run_grouped(&gc, q); // a refusal is reported, not timed
     const cublasStatus_t rc = gc.rc;
     const double ms = rc == CUBLAS_STATUS_SUCCESS ? sd_bench_time_ms(run_grouped, &gc, q, 3) : -1;
-    char name[64];
-    if (rc == CUBLAS_STATUS_SUCCESS) snprintf(name, sizeof name, "experts up, grouped cuBLAS (%d)", ng);
-    else snprintf(name, sizeof name, "grouped cuBLAS: %s", cublasGetStatusString(rc));
+    char name[80];
+    if (rc == CUBLAS_STATUS_SUCCESS)
+        snprintf(name, sizeof name, "experts %s, grouped cuBLAS (%d, %s out)", down ? "down" : "up", ng, f32_out ? "f32" : "bf16");
+    else snprintf(name, sizeof name, "grouped cuBLAS %s out: %s", f32_out ? "f32" : "bf16", cublasGetStatusString(rc));
     add_row("model", name, -1, 0, ms, 0, "");
     cublasDestroy(h);
     SD_BENCH_CK(cudaFree(dA)); SD_BENCH_CK(cudaFree(dB)); SD_BENCH_CK(cudaFree(dC)); SD_BENCH_CK(cudaFree(out));
@@ -399,16 +406,21 @@ static void grouped_up(const sd_model *m, sd_prefill_scratch *p, int layer, cuda
 }
 
 // The prefill's own loop over the same experts (its up GEMMs only), timed the same way.
-typedef struct { const sd_model *m; sd_prefill_scratch *p; int layer; } loop_ctx;
-// The engine's grouped launch over the same rows and tile list (kernels/moe_grouped.h).
-static void run_grouped_kernel_up(void *ctx, cudaStream_t q) {
+typedef struct { const sd_model *m; sd_prefill_scratch *p; int layer, down; } loop_ctx;
+// The engine's grouped launch over the same rows and tile list (kernels/moe_grouped.h), up or down.
+static void run_grouped_kernel(void *ctx, cudaStream_t q) {
     loop_ctx *c = ctx;
     const sd_config *cf = &c->m->cfg;
     const int E = cf->num_experts, D = cf->hidden_size, Ie = cf->moe_intermediate_size;
     const sd_cuda_expert *table = sd_cuda_backend_of(c->m)->experts + (size_t)(c->layer - cf->first_k_dense_replace) * E;
     const int max_tiles = sd_moe_grouped_max_tiles(c->p->chunk * cf->num_experts_per_token, E);
-    SD_BENCH_OK(sd_cuda_moe_grouped_gemm(SD_MOE_GROUPED_UP, table, c->p->moe.tiles, c->p->moe.n_tiles, max_tiles, c->p->moe.xg,
-                                         2 * Ie, D, Ie, c->p->moe.h1, q, &st_));
+    const sd_prefill_moe *x = &c->p->moe;
+    if (c->down)
+        SD_BENCH_OK(sd_cuda_moe_grouped_gemm(SD_MOE_GROUPED_DOWN, table, x->tiles, x->n_tiles, max_tiles, x->hb, D, Ie, Ie,
+                                             x->yexp, q, &st_));
+    else
+        SD_BENCH_OK(sd_cuda_moe_grouped_gemm(SD_MOE_GROUPED_UP, table, x->tiles, x->n_tiles, max_tiles, x->xg, 2 * Ie, D, Ie,
+                                             x->h1, q, &st_));
 }
 static void run_loop_up(void *ctx, cudaStream_t q) {
     loop_ctx *c = ctx;
@@ -499,9 +511,13 @@ static void lab_model(void) {
     // The MoE sublayer ran last: its grouping (layer 1's) is in the scratch; its counts to the host.
     SD_BENCH_CK(cudaMemcpy(p->counts_host, p->moe.counts, sizeof(int) * cfg.num_experts, cudaMemcpyDeviceToHost));
     loop_ctx lc = {.m = &dev, .p = p, .layer = 1};
-    add_row("model", "experts up, grouped launch", -1, 0, sd_bench_time_ms(run_grouped_kernel_up, &lc, b->stream, 3), 0, "");
+    add_row("model", "experts up, grouped launch", -1, 0, sd_bench_time_ms(run_grouped_kernel, &lc, b->stream, 3), 0, "");
+    lc.down = 1;
+    add_row("model", "experts down, grouped launch", -1, 0, sd_bench_time_ms(run_grouped_kernel, &lc, b->stream, 3), 0, "");
+    lc.down = 0;
     add_row("model", "experts up, cuBLASLt loop", -1, 0, sd_bench_time_ms(run_loop_up, &lc, b->stream, 3), 0, "");
-    grouped_up(&dev, p, 1, b->stream);
+    for (int down = 0; down < 2; down++)
+        for (int f32 = 0; f32 < 2; f32++) grouped_cublas(&dev, p, 1, down, f32, b->stream);
     printf("        model: prefill scratch %.2f GB for pieces of %d tokens\n", sd_cuda_prefill_scratch_bytes(&dev) / 1e9, p->chunk);
     free(tokens);
     sd_state_free(&s);
