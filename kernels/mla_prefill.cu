@@ -3,7 +3,8 @@
 //
 // Flash attention (one block: 64 query rows × 8·VT value columns, 4 warps of 16 rows):
 //   the block's queries stay in shared memory; per 64-key tile (keys 0 .. the block's last row's
-//   position, zero rows past the end) the tile is copied in (cp.async), each warp computes its
+//   position, zero rows past the end) the tile is copied in (cp.async; with KBUF = 2 the next tile
+//   is in flight while this one is used, where three tiles fit in shared memory), each warp computes its
 //   16 × 64 scores S = Q Kᵀ with mma.sync.m16n8k16 (bf16 in, f32 out) over the packed width, masks
 //   keys past each row's position to -inf, updates its rows' running max m and sum l (online
 //   softmax in base 2: p = 2^((s − m)·scale·log2 e)), rescales its accumulators and adds P·V, V
@@ -15,8 +16,9 @@
 //   A (16 × 16, row): a0 = (g, 2tq..2tq+1), a1 = (g+8, 2tq..), a2 = (g, 2tq+8..), a3 = (g+8, 2tq+8..)
 //   B (16 × 8, col):  b0 = (k 2tq..2tq+1, n g), b1 = (k 2tq+8..2tq+9, n g)
 //   C (16 × 8):       c0, c1 = (g, 2tq..2tq+1), c2, c3 = (g+8, 2tq..2tq+1)
-// (lower k index in the lower 16 bits of each 32-bit register). Shared rows are padded by 8
-// elements so the fragment loads of a warp fall in distinct banks.
+// (lower k index in the lower 16 bits of each 32-bit register). The fragments come from shared
+// memory by ldmatrix.x4 (the V operand by its .trans form: keys run down the tile's rows); shared
+// rows are padded by 8 elements so the 8 row addresses of each 8 × 8 matrix fall in distinct banks.
 #include <cuda_bf16.h>
 #include "common.cuh" // SD_NVTX, sd_allow_smem
 #include "mla_prefill.h"
@@ -116,13 +118,26 @@ extern "C" sd_code sd_cuda_mla_pack_queries(const float *qabs, const float *mq, 
 #define FA_THREADS 128 // 4 warps × 16 rows
 #define FA_PAD 8      // elements of padding a shared row
 
-static __device__ __forceinline__ uint32_t ld32(const __nv_bfloat16 *p) { return *(const uint32_t *)p; }
 static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); // .x (lo) in the low 16 bits
     return *(const uint32_t *)&v;
 }
-static __device__ __forceinline__ uint32_t pack_raw(__nv_bfloat16 lo, __nv_bfloat16 hi) {
-    return (uint32_t)__bfloat16_as_ushort(lo) | ((uint32_t)__bfloat16_as_ushort(hi) << 16);
+// Four 8 × 8 bf16 matrices from shared memory, lane l giving the address of row l % 8 of matrix l / 8.
+static __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const __nv_bfloat16 *p) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+static __device__ __forceinline__ void ldsm_x2_trans(uint32_t (&r)[2], const __nv_bfloat16 *p) { // lanes 0..15's addresses
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(a));
+}
+static __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const __nv_bfloat16 *p) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
 }
 static __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
@@ -144,13 +159,13 @@ static __device__ __forceinline__ void load_tile(__nv_bfloat16 *dst, const __nv_
     }
 }
 
-template <int VT>
+template <int VT, int KBUF>
 static __global__ void __launch_bounds__(FA_THREADS, 1)
 flash_kernel(const __nv_bfloat16 *__restrict__ Q, const __nv_bfloat16 *__restrict__ K, int nq, int Hm, int width, int pos0,
              float sl2, int R, float *__restrict__ lat) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const int lds = width + FA_PAD;
-    __nv_bfloat16 *Qs = (__nv_bfloat16 *)smem_raw, *Ks = Qs + (size_t)FA_BM * lds; // [64][lds] each
+    __nv_bfloat16 *Qs = (__nv_bfloat16 *)smem_raw, *Kbuf = Qs + (size_t)FA_BM * lds; // [64][lds] each, KBUF key tiles
     // The blocks with the most keys (the last rows) first, so the short ones fill the tail.
     const int r0 = (gridDim.x - 1 - blockIdx.x) * FA_BM, v0 = blockIdx.y * 8 * VT;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
@@ -164,23 +179,39 @@ flash_kernel(const __nv_bfloat16 *__restrict__ Q, const __nv_bfloat16 *__restric
 #pragma unroll
     for (int vt = 0; vt < VT; vt++) o[vt][0] = o[vt][1] = o[vt][2] = o[vt][3] = 0.0f;
     float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
-    const __nv_bfloat16 *qw = Qs + (size_t)warp * 16 * lds;
-    for (int k0 = 0; k0 < n_keys; k0 += FA_BN) {
-        __syncthreads(); // every warp is done with the previous tile
-        load_tile(Ks, K, FA_BN, k0, n_keys, width, lds);
+    // This lane's ldmatrix rows: of the warp's 16 query rows (A), of a pair of 8-key tiles (B of
+    // Q·Kᵀ), of 16 keys down a pair of 8-column value tiles (B of P·V, transposed).
+    const __nv_bfloat16 *qw = Qs + (size_t)(warp * 16 + lane % 16) * lds + (lane / 16) * 8;
+    const int kb_row = lane % 8 + (lane / 16) * 8, kb_col = (lane / 8) % 2 * 8;
+    const int vb_row = lane % 16, vb_col = v0 + (lane / 16) * 8;
+    if (KBUF == 2) { // the first tile in flight; each iteration sends the next one before it waits
+        load_tile(Kbuf, K, FA_BN, 0, n_keys, width, lds);
         __pipeline_commit();
-        __pipeline_wait_prior(0);
+    }
+    for (int k0 = 0, it = 0; k0 < n_keys; k0 += FA_BN, it++) {
+        const __nv_bfloat16 *Ks = Kbuf + (size_t)(KBUF == 2 ? it & 1 : 0) * FA_BN * lds;
+        if (KBUF == 2) {
+            if (k0 + FA_BN < n_keys) load_tile(Kbuf + (size_t)((it + 1) & 1) * FA_BN * lds, K, FA_BN, k0 + FA_BN, n_keys, width, lds);
+            __pipeline_commit();
+            __pipeline_wait_prior(1); // this tile (and the queries) landed; the next may still fly
+        } else {
+            load_tile(Kbuf, K, FA_BN, k0, n_keys, width, lds);
+            __pipeline_commit();
+            __pipeline_wait_prior(0);
+        }
         __syncthreads();
         float s[8][4];
 #pragma unroll
         for (int nt = 0; nt < 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
         for (int kk = 0; kk < width; kk += 16) {
-            const uint32_t a[4] = {ld32(qw + g * lds + kk + 2 * tq), ld32(qw + (g + 8) * lds + kk + 2 * tq),
-                                   ld32(qw + g * lds + kk + 8 + 2 * tq), ld32(qw + (g + 8) * lds + kk + 8 + 2 * tq)};
+            uint32_t a[4];
+            ldsm_x4(a, qw + kk);
 #pragma unroll
-            for (int nt = 0; nt < 8; nt++) {
-                const __nv_bfloat16 *kr = Ks + (size_t)(nt * 8 + g) * lds + kk + 2 * tq;
-                mma_bf16(s[nt], a, ld32(kr), ld32(kr + 8));
+            for (int np = 0; np < 4; np++) {
+                uint32_t b[4];
+                ldsm_x4(b, Ks + (size_t)(np * 16 + kb_row) * lds + kk + kb_col);
+                mma_bf16(s[2 * np], a, b[0], b[1]);
+                mma_bf16(s[2 * np + 1], a, b[2], b[3]);
             }
         }
         // Mask, then the online softmax of rows a (c0, c1) and b (c2, c3).
@@ -230,13 +261,21 @@ flash_kernel(const __nv_bfloat16 *__restrict__ Q, const __nv_bfloat16 *__restric
             const uint32_t a[4] = {pack_bf16(s[2 * ks][0], s[2 * ks][1]), pack_bf16(s[2 * ks][2], s[2 * ks][3]),
                                    pack_bf16(s[2 * ks + 1][0], s[2 * ks + 1][1]),
                                    pack_bf16(s[2 * ks + 1][2], s[2 * ks + 1][3])};
-            const __nv_bfloat16 *vr = Ks + (size_t)(ks * 16 + 2 * tq) * lds + v0 + g;
+            const __nv_bfloat16 *vr = Ks + (size_t)(ks * 16 + vb_row) * lds + vb_col;
 #pragma unroll
-            for (int vt = 0; vt < VT; vt++) {
-                const __nv_bfloat16 *p = vr + vt * 8;
-                mma_bf16(o[vt], a, pack_raw(p[0], p[lds]), pack_raw(p[8 * lds], p[9 * lds]));
+            for (int vp = 0; vp < VT / 2; vp++) {
+                uint32_t b[4];
+                ldsm_x4_trans(b, vr + vp * 16);
+                mma_bf16(o[2 * vp], a, b[0], b[1]);
+                mma_bf16(o[2 * vp + 1], a, b[2], b[3]);
+            }
+            if (VT % 2) { // the last 8 columns alone
+                uint32_t b[2];
+                ldsm_x2_trans(b, Ks + (size_t)(ks * 16 + vb_row) * lds + v0 + (VT - 1) * 8);
+                mma_bf16(o[VT - 1], a, b[0], b[1]);
             }
         }
+        __syncthreads(); // every warp is done with this tile before a later iteration refills it
     }
 #pragma unroll
     for (int off = 1; off <= 2; off <<= 1) {
@@ -252,16 +291,26 @@ flash_kernel(const __nv_bfloat16 *__restrict__ Q, const __nv_bfloat16 *__restric
     }
 }
 
+// The queries' tile and one key tile, or two where three tiles fit (227 KB: width <= 597).
+#define FA_SMEM_MAX (227 * 1024)
+static size_t flash_smem(int width, int kbuf) { return (size_t)(1 + kbuf) * FA_BM * (width + FA_PAD) * sizeof(__nv_bfloat16); }
+
+template <int VT, int KBUF>
+static sd_code launch_flash_buf(const uint16_t *qp, const uint16_t *kp, int nq, int Hm, int width, int pos0, float sl2, int R,
+                                float *lat, cudaStream_t stream, sd_status *st) {
+    const size_t smem = flash_smem(width, KBUF);
+    SD_CUDA_CHECK(st, sd_allow_smem((const void *)flash_kernel<VT, KBUF>, smem));
+    const dim3 grid((unsigned)((nq + FA_BM - 1) / FA_BM), (unsigned)(R / (8 * VT)));
+    flash_kernel<VT, KBUF><<<grid, FA_THREADS, smem, stream>>>((const __nv_bfloat16 *)qp, (const __nv_bfloat16 *)kp, nq, Hm,
+                                                               width, pos0, sl2, R, lat);
+    SD_LAUNCH_CHECK(st);
+    return SD_OK;
+}
 template <int VT>
 static sd_code launch_flash(const uint16_t *qp, const uint16_t *kp, int nq, int Hm, int width, int pos0, float sl2, int R,
                             float *lat, cudaStream_t stream, sd_status *st) {
-    const size_t smem = (size_t)2 * FA_BM * (width + FA_PAD) * sizeof(__nv_bfloat16);
-    SD_CUDA_CHECK(st, sd_allow_smem((const void *)flash_kernel<VT>, smem));
-    const dim3 grid((unsigned)((nq + FA_BM - 1) / FA_BM), (unsigned)(R / (8 * VT)));
-    flash_kernel<VT><<<grid, FA_THREADS, smem, stream>>>((const __nv_bfloat16 *)qp, (const __nv_bfloat16 *)kp, nq, Hm, width,
-                                                         pos0, sl2, R, lat);
-    SD_LAUNCH_CHECK(st);
-    return SD_OK;
+    if (flash_smem(width, 2) <= FA_SMEM_MAX) return launch_flash_buf<VT, 2>(qp, kp, nq, Hm, width, pos0, sl2, R, lat, stream, st);
+    return launch_flash_buf<VT, 1>(qp, kp, nq, Hm, width, pos0, sl2, R, lat, stream, st);
 }
 
 extern "C" sd_code sd_cuda_mla_flash(const uint16_t *qp, const uint16_t *kp, int T, int Hm, int R, int dr, int pos0,

@@ -229,6 +229,8 @@ Test(cuda_prefill, kda_chunk_matches_both_cpu_forms) {
 typedef struct { int T, Hm, R, dr, pos0; } flash_case;
 static const flash_case FLASH_CASES[] = {
     {1, 2, 16, 4, 0}, {37, 2, 16, 4, 5}, {70, 4, 128, 32, 50}, {40, 32, 512, 64, 100}, {130, 4, 64, 0, 0},
+    {45, 3, 24, 8, 7},   // R = 24: one 8-column value tile a block (the odd tail of the transposed loads)
+    {20, 2, 768, 64, 10}, // width 832: three tiles do not fit, the single key buffer
 };
 
 // Causal attention over packed bf16 rows against a float64 softmax of the same bf16 values.
