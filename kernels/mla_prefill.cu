@@ -12,16 +12,13 @@
 //   re-packed to bf16 (the C layout of two n8 tiles is the A layout of one k16 step). The value
 //   columns split over blockIdx.y (VT n8 tiles a warp: up to 256 columns, 128 accumulators a
 //   thread), so R = 512 takes two blocks per query block, each recomputing the scores.
-// Fragment layouts (PTX ISA, mma.m16n8k16 with .bf16): lane = 4·g + tq;
-//   A (16 × 16, row): a0 = (g, 2tq..2tq+1), a1 = (g+8, 2tq..), a2 = (g, 2tq+8..), a3 = (g+8, 2tq+8..)
-//   B (16 × 8, col):  b0 = (k 2tq..2tq+1, n g), b1 = (k 2tq+8..2tq+9, n g)
-//   C (16 × 8):       c0, c1 = (g, 2tq..2tq+1), c2, c3 = (g+8, 2tq..2tq+1)
-// (lower k index in the lower 16 bits of each 32-bit register). The fragments come from shared
-// memory by ldmatrix.x4 (the V operand by its .trans form: keys run down the tile's rows); shared
-// rows are padded by 8 elements so the 8 row addresses of each 8 × 8 matrix fall in distinct banks.
+// Fragment layouts: mma.cuh (lane = 4·g + tq here). The fragments come from shared memory by
+// ldmatrix.x4 (the V operand by its .trans form: keys run down the tile's rows); shared rows are
+// padded by 8 elements so the 8 row addresses of each 8 × 8 matrix fall in distinct banks.
 #include <cuda_bf16.h>
 #include "common.cuh" // SD_NVTX, sd_allow_smem
 #include "mla_prefill.h"
+#include "mma.cuh"    // sd_ldsm_x4, sd_ldsm_x4_trans, sd_ldsm_x2_trans, sd_mma_bf16
 #include "rows.cuh"   // sd_block_rmsnorm, SD_NORM_THREADS
 
 // ---------------------------------------------------------------------------- cache write
@@ -122,29 +119,6 @@ static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); // .x (lo) in the low 16 bits
     return *(const uint32_t *)&v;
 }
-// Four 8 × 8 bf16 matrices from shared memory, lane l giving the address of row l % 8 of matrix l / 8.
-static __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const __nv_bfloat16 *p) {
-    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
-}
-static __device__ __forceinline__ void ldsm_x2_trans(uint32_t (&r)[2], const __nv_bfloat16 *p) { // lanes 0..15's addresses
-    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(a));
-}
-static __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const __nv_bfloat16 *p) {
-    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
-}
-static __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-                 "{%0, %1, %2, %3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 // A tile of `rows` packed rows starting at global row `first` into shared memory (row stride
 // lds): 16-byte asynchronous copies; rows at or past `limit` are zero.
@@ -205,13 +179,13 @@ flash_kernel(const __nv_bfloat16 *__restrict__ Q, const __nv_bfloat16 *__restric
         for (int nt = 0; nt < 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
         for (int kk = 0; kk < width; kk += 16) {
             uint32_t a[4];
-            ldsm_x4(a, qw + kk);
+            sd_ldsm_x4(a, qw + kk);
 #pragma unroll
             for (int np = 0; np < 4; np++) {
                 uint32_t b[4];
-                ldsm_x4(b, Ks + (size_t)(np * 16 + kb_row) * lds + kk + kb_col);
-                mma_bf16(s[2 * np], a, b[0], b[1]);
-                mma_bf16(s[2 * np + 1], a, b[2], b[3]);
+                sd_ldsm_x4(b, Ks + (size_t)(np * 16 + kb_row) * lds + kk + kb_col);
+                sd_mma_bf16(s[2 * np], a, b[0], b[1]);
+                sd_mma_bf16(s[2 * np + 1], a, b[2], b[3]);
             }
         }
         // Mask, then the online softmax of rows a (c0, c1) and b (c2, c3).
@@ -265,14 +239,14 @@ flash_kernel(const __nv_bfloat16 *__restrict__ Q, const __nv_bfloat16 *__restric
 #pragma unroll
             for (int vp = 0; vp < VT / 2; vp++) {
                 uint32_t b[4];
-                ldsm_x4_trans(b, vr + vp * 16);
-                mma_bf16(o[2 * vp], a, b[0], b[1]);
-                mma_bf16(o[2 * vp + 1], a, b[2], b[3]);
+                sd_ldsm_x4_trans(b, vr + vp * 16);
+                sd_mma_bf16(o[2 * vp], a, b[0], b[1]);
+                sd_mma_bf16(o[2 * vp + 1], a, b[2], b[3]);
             }
             if (VT % 2) { // the last 8 columns alone
                 uint32_t b[2];
-                ldsm_x2_trans(b, Ks + (size_t)(ks * 16 + vb_row) * lds + v0 + (VT - 1) * 8);
-                mma_bf16(o[VT - 1], a, b[0], b[1]);
+                sd_ldsm_x2_trans(b, Ks + (size_t)(ks * 16 + vb_row) * lds + v0 + (VT - 1) * 8);
+                sd_mma_bf16(o[VT - 1], a, b[0], b[1]);
             }
         }
         __syncthreads(); // every warp is done with this tile before a later iteration refills it

@@ -19,6 +19,7 @@
 #pragma once
 #include <cuda_bf16.h>
 #include "moe_grouped.h" // sd_moe_grouped_op, sd_cuda_expert
+#include "mma.cuh"        // sd_ldsm_x4, sd_mma_bf16
 
 // One thread: the experts in order, so the list (and each row's tile) never depends on timing.
 template <int BM>
@@ -91,20 +92,6 @@ __device__ __forceinline__ void sd_grouped_load_stage(__nv_bfloat16 *s, const __
     }
 }
 
-namespace sd_grouped {
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void *p) {
-    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
-}
-__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-                 "{%0, %1, %2, %3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-} // namespace sd_grouped
 
 template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES>
 __global__ void __launch_bounds__(WARPS_M *WARPS_N * 32)
@@ -152,16 +139,16 @@ sd_grouped_gemm_kernel(int op, const sd_cuda_expert *__restrict__ table, const i
         for (int kk = 0; kk < BK; kk += 16) {
             uint32_t b[FN / 2][4];
 #pragma unroll
-            for (int jp = 0; jp < FN / 2; jp++) sd_grouped::ldsm_x4(b[jp], sb + (col_base + jp * 16 + b_row) * LDS + kk + b_k);
+            for (int jp = 0; jp < FN / 2; jp++) sd_ldsm_x4(b[jp], sb + (col_base + jp * 16 + b_row) * LDS + kk + b_k);
 #pragma unroll
             for (int i = 0; i < FM; i++) {
                 if (row_base + i * 16 >= rows) continue;
                 uint32_t a[4];
-                sd_grouped::ldsm_x4(a, sa + (row_base + i * 16 + a_row) * LDS + kk + a_k);
+                sd_ldsm_x4(a, sa + (row_base + i * 16 + a_row) * LDS + kk + a_k);
 #pragma unroll
                 for (int jp = 0; jp < FN / 2; jp++) {
-                    sd_grouped::mma16816(acc[i][2 * jp], a, b[jp][0], b[jp][1]);
-                    sd_grouped::mma16816(acc[i][2 * jp + 1], a, b[jp][2], b[jp][3]);
+                    sd_mma_bf16(acc[i][2 * jp], a, b[jp][0], b[jp][1]);
+                    sd_mma_bf16(acc[i][2 * jp + 1], a, b[jp][2], b[jp][3]);
                 }
             }
         }
