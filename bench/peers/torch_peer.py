@@ -3,17 +3,27 @@
 shape (configs/kimi-linear-48b-a3b.json), bs = 1, a context of 512 positions, synthetic bf16 weights
 (~98 GB, made on the device): the peer specdec's decode step and verify pass are timed against
 (issue 25). Built the way a careful PyTorch implementation would be:
-  KDA     the six projections of a layer in one matmul; the short convolutions with F.conv1d over the
-          conv state; fla's fused_recurrent_kda_fwd (fla-core 0.6.0) with the q/k L2 norm, the decay
-          gate (-exp(A_log)·softplus(g + dt_bias)) and the beta sigmoid in its kernel, writing the
-          state after every token into its own slot (what speculative rollback needs, the same bytes
-          as specdec's scan); the gated output norm and o_proj in torch;
+  KDA     the six projections of a layer in one matmul; the short convolutions over the conv state
+          (the W taps summed, fused with the silu and the q/k/v split); fla's fused_recurrent_kda_fwd
+          (fla-core 0.6.0) with the q/k L2 norm, the decay gate (-exp(A_log)·softplus(g + dt_bias))
+          and the beta sigmoid in its kernel, writing the state after every token into its own slot
+          (what speculative rollback needs, the same bytes as specdec's scan); the gated output norm
+          and o_proj in torch;
   MLA     absorbed (MODEL.md): q̃ = W_UKᵀ qn scored against the bf16 latent cache, softmax, the
           latent sum, W_UV after it; the cache rows of the new positions written in place;
   MoE     fp32 router (sigmoid, bias, top-k, renormalised, scaled); a Triton kernel pair that reads
           each SELECTED expert's weights once whatever the number of tokens that chose it (the up
           kernel: one program per (distinct expert, 64 rows of gate and up), all T tokens against the
           tile, SwiGLU; the down kernel likewise), then the weighted combine and the shared expert;
+  glue    compiled by inductor (torch.compile, fullgraph, static shapes: one graph per region and T,
+          made in the warm-up before capture): the embedding and every rmsnorm with its residual
+          add, the KDA pre-kernel glue (conv, silu, q/k/v, g, beta, gate projection) and post-kernel
+          glue (gate sigmoid, o-norm, product, o_proj), MLA's score, mask and softmax, the router
+          with the MoE slot bookkeeping (its fp32 product a fused reduction, its top-k a sort), the
+          combine with the shared expert, the argmax: each region a few fused kernels around the
+          cuBLAS GEMMs (inductor's extern calls). fla's kernel and the two MoE Triton kernels are
+          called from plain Python between the regions, the in-place state and cache writes
+          likewise; a compile failure or a graph break is an error, never an eager fallback;
   graphs  one CUDA graph per T (the whole step: embedding to each row's argmax), replayed.
 Printed, for T = 1 (the decode step) .. 9 (a verify pass of k = 8): `peer T=<T> ms=<median ms>`,
 one line each, after `# ` header lines; the MoE kernels are checked against plain torch first
@@ -31,6 +41,8 @@ import statistics
 import sys
 
 import torch
+import torch._dynamo
+import torch._inductor.config
 import torch.nn.functional as F
 import triton
 import triton.language as tl
@@ -39,6 +51,22 @@ from fla.ops.kda.fused_recurrent import fused_recurrent_kda_fwd
 
 dev = "cuda"
 BF = torch.bfloat16
+
+# Inductor for the glue: a graph per (region, T) with T = 1..9, each compiled at its first call (the
+# warm-up); an error, a graph break or a hit recompile limit raises, never falls back to eager.
+for _name in ("cache_size_limit", "recompile_limit"):
+    if hasattr(torch._dynamo.config, _name):
+        setattr(torch._dynamo.config, _name, 64)
+if hasattr(torch._dynamo.config, "fail_on_recompile_limit_hit"):
+    torch._dynamo.config.fail_on_recompile_limit_hit = True
+torch._dynamo.config.suppress_errors = False
+if hasattr(torch._inductor.config, "emulate_precision_casts"):
+    torch._inductor.config.emulate_precision_casts = True      # bf16 intermediates rounded as eager rounds them
+
+
+def compiled(fn):
+    """fn compiled by inductor as one graph (fullgraph: a break is an error), static shapes."""
+    return torch.compile(fn, fullgraph=True, dynamic=False)
 
 
 # ---------------------------------------------------------------------------- the MoE kernels
@@ -94,29 +122,51 @@ def moe_down_kernel(h_ptr, w2_ptr, slot_expert_ptr, n_slots_ptr, y_ptr, T,
 T_PAD, BLOCK_N, BLOCK_K = 16, 64, 128
 
 
-def routed_experts(x, sel, w, w13, w2, bufs):
-    """Σ_j w[t, j] · expert_{sel[t, j]}(x_t), each selected expert's weights read once."""
+def moe_slots(sel):
+    """The distinct experts of sel (T, K) in slots: slot_expert[s] (int32, T·K, the first n_slots
+    used), n_slots (int32, one element) and entry_slot[t, j], the slot of sel[t, j]."""
     T, K = sel.shape
-    E, two_ie, D = w13.shape
-    IE = two_ie // 2
     flat = sel.reshape(-1)
-    sorted_e, order = torch.sort(flat)
-    first = torch.ones_like(sorted_e)
-    first[1:] = (sorted_e[1:] != sorted_e[:-1]).long()
+    sorted_e, _ = torch.sort(flat)
+    first = torch.cat([torch.ones_like(sorted_e[:1]), (sorted_e[1:] != sorted_e[:-1]).long()])
     slot_sorted = torch.cumsum(first, 0) - 1                # the distinct expert's slot of each sorted entry
     n_slots = (slot_sorted[-1:] + 1).to(torch.int32)
-    slot_expert = torch.zeros(T * K, dtype=torch.int32, device=dev)
-    slot_expert.scatter_(0, slot_sorted, sorted_e.to(torch.int32))
-    entry_slot = torch.empty_like(slot_sorted)
-    entry_slot[order] = slot_sorted
+    s = torch.arange(T * K, device=sel.device).view(-1, 1)  # no scatter: (T·K)² compares, one fused kernel
+    slot_expert = torch.where((first > 0) & (slot_sorted == s), sorted_e, 0).sum(1).to(torch.int32)
+    entry_slot = (first * (sorted_e < flat.view(-1, 1))).sum(1)     # the distinct experts below sel[t, j]
+    return slot_expert, n_slots, entry_slot.view(T, K)
+
+
+def moe_kernels(x, w13, w2, slot_expert, n_slots, bufs):
+    """y[s, t] = expert_{slot_expert[s]}(x_t) for the slots s < n_slots: the Triton pair."""
+    T, D = x.shape
+    IE = w13.shape[1] // 2
+    slots = slot_expert.shape[0]
     h, y = bufs["h"], bufs["y"]
-    moe_up_kernel[(T * K, IE // BLOCK_N)](x, w13, slot_expert, n_slots, h, T, D=D, IE=IE, T_PAD=T_PAD,
+    moe_up_kernel[(slots, IE // BLOCK_N)](x, w13, slot_expert, n_slots, h, T, D=D, IE=IE, T_PAD=T_PAD,
                                           BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K)
-    moe_down_kernel[(T * K, D // BLOCK_N)](h, w2, slot_expert, n_slots, y, T, D=D, IE=IE, T_PAD=T_PAD,
+    moe_down_kernel[(slots, D // BLOCK_N)](h, w2, slot_expert, n_slots, y, T, D=D, IE=IE, T_PAD=T_PAD,
                                            BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K)
-    tok = torch.arange(T, device=dev).repeat_interleave(K)
-    y_entry = y[entry_slot, tok]                            # (T·K, D) fp32
-    return (y_entry.view(T, K, D) * w.unsqueeze(-1)).sum(1)
+    return y
+
+
+def moe_combine(y, entry_slot, w):
+    """Σ_j w[t, j] · y[entry_slot[t, j], t] (fp32), j in order."""
+    T, K = entry_slot.shape
+    tok = torch.arange(T, device=y.device)
+    acc = y[entry_slot[:, 0], tok] * w[:, 0:1]
+    for j in range(1, K):
+        acc = acc + y[entry_slot[:, j], tok] * w[:, j:j + 1]
+    return acc
+
+
+moe_slots_c, moe_combine_c = compiled(moe_slots), compiled(moe_combine)
+
+
+def routed_experts(x, sel, w, w13, w2, bufs):
+    """Σ_j w[t, j] · expert_{sel[t, j]}(x_t), each selected expert's weights read once."""
+    slot_expert, n_slots, entry_slot = moe_slots_c(sel)
+    return moe_combine_c(moe_kernels(x, w13, w2, slot_expert, n_slots, bufs), entry_slot, w)
 
 
 def moe_bufs(tmax, K, D, IE):
@@ -152,6 +202,110 @@ def check_moe(D, IE, E, K, T=5):
 def rmsnorm(x, w, eps):
     xf = x.float()
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w).to(x.dtype)
+
+
+def ffn(gate_up, down, a):
+    h = a @ gate_up.t()
+    n = h.shape[1] // 2
+    return (F.silu(h[:, :n]) * h[:, n:]) @ down.t()
+
+
+# The compiled regions of a step; the plain Python between them launches fla's kernel, the MoE pair
+# and the in-place writes of the conv states and the latent cache.
+@compiled
+def embed_norm(embed, tokens, w, eps):
+    x = embed[tokens]
+    return x, rmsnorm(x, w, eps)
+
+
+@compiled
+def add_norm(x, y, w, eps):
+    x = x + y
+    return x, rmsnorm(x, w, eps)
+
+
+@compiled
+def ffn_add_norm(x, a, gate_up, down, w, eps):
+    x = x + ffn(gate_up, down, a)
+    return x, rmsnorm(x, w, eps)
+
+
+@compiled
+def kda_pre(a, proj_w, conv_state, conv_w, f_b, g_b):
+    """The projections, the short convolutions over the conv state (its next value returned), silu;
+    q, k, v, g (fp32, (1, T, H, d)), beta (fp32, (1, T, H)), the gate's projection (bf16, (T, P))."""
+    T = a.shape[0]
+    P, d = f_b.shape
+    H, W = P // d, conv_w.shape[-1]
+    proj = a @ proj_w.t()
+    qkv, fa, ga, b = proj[:, :3 * P], proj[:, 3 * P:3 * P + d], proj[:, 3 * P + d:3 * P + 2 * d], proj[:, 3 * P + 2 * d:]
+    xs = torch.cat([conv_state[0].t(), qkv.float()], dim=0)                 # (W-1+T, 3P)
+    taps = conv_w[:, 0]                                                      # (3P, W)
+    acc = xs[0:T] * taps[:, 0]
+    for j in range(1, W):                                                    # F.conv1d(xs, conv_w, groups=3P)
+        acc = acc + xs[j:j + T] * taps[:, j]
+    qkv = F.silu(acc)                                                        # (T, 3P)
+    q, k, v = [qkv[:, i * P:(i + 1) * P].reshape(1, T, H, d).contiguous() for i in range(3)]
+    g = (fa @ f_b.t()).float().view(1, T, H, d).contiguous()
+    beta = b.float().view(1, T, H).contiguous()
+    return q, k, v, g, beta, ga @ g_b.t(), xs[T:].t().unsqueeze(0).contiguous()
+
+
+@compiled
+def kda_post(o, gate, o_norm, o_w, eps):
+    T, H, d = o.shape[1], o.shape[2], o.shape[3]
+    y = rmsnorm(o.view(T, H, d), o_norm, eps) * torch.sigmoid(gate.float()).view(T, H, d)
+    return y.reshape(T, H * d).to(BF) @ o_w.t()
+
+
+@compiled
+def mla_pre(a, proj_w, kv_norm, w_uk, dr, eps):
+    """q̃ (T, Hm, R), the rope part of q (T·Hm, dr), the new latent and rope cache rows."""
+    T = a.shape[0]
+    Hm, dn, R = w_uk.shape
+    proj = a @ proj_w.t()
+    q = proj[:, :Hm * (dn + dr)].view(T, Hm, dn + dr)
+    kv = proj[:, Hm * (dn + dr):]
+    q_abs = torch.einsum("thn,hnr->thr", q[:, :, :dn], w_uk)
+    return q_abs, q[:, :, dn:].reshape(T * Hm, dr), rmsnorm(kv[:, :R], kv_norm, eps), kv[:, R:].contiguous()
+
+
+@compiled
+def mla_attn(q_abs, q_pe, c, kpe, mask, w_uv, o_w, scale):
+    T, Hm, R = q_abs.shape
+    L = c.shape[0]
+    s = q_abs.reshape(T * Hm, R) @ c.t() + q_pe @ kpe.t()
+    s = s.float().view(T, Hm, L) * scale
+    s = s + mask
+    lat = torch.softmax(s, dim=-1).to(BF).view(T * Hm, L) @ c                  # (T·Hm, R)
+    o = torch.einsum("thr,hvr->thv", lat.view(T, Hm, R), w_uv)
+    return o.reshape(T, -1) @ o_w.t()
+
+
+@compiled
+def route(a, router_w, bias, K, renormalize, scale):
+    """The fp32 router and the slots of its choice: (w, slot_expert, n_slots, entry_slot). Its
+    product a fused fp32 reduction and its top-k a sort (inductor's; cuBLAS's fp32 GEMV / SIMT GEMM
+    and ATen's top-k are several launches and µs at these sizes)."""
+    s = torch.sigmoid((a.float().unsqueeze(1) * router_w).sum(-1))            # (T, E)
+    sel = torch.sort(s + bias, dim=-1, descending=True)[1][:, :K]            # top-k, highest first
+    w = s.gather(1, sel)
+    if renormalize:
+        w = w / w.sum(-1, keepdim=True)
+    w = w * scale
+    return (w,) + moe_slots(sel)
+
+
+@compiled
+def moe_add_norm(x, a, y, entry_slot, w, shared_gate_up, shared_down, norm_w, eps):
+    m = (moe_combine(y, entry_slot, w) + ffn(shared_gate_up, shared_down, a).float()).to(BF)
+    x = x + m
+    return x, rmsnorm(x, norm_w, eps)
+
+
+@compiled
+def head(a, lm_head):
+    return torch.argmax(a @ lm_head.t(), dim=-1)
 
 
 class Peer:
@@ -212,66 +366,45 @@ class Peer:
         self.kda_out = {T: torch.empty(1, T, H, d, device=dev) for T in range(1, tmax + 1)}
         self.kda_idx = {T: torch.arange(1, T + 1, device=dev, dtype=torch.int32).view(1, T) for T in range(1, tmax + 1)}
 
-    def kda(self, ly, a, T):
-        P, d, H, W = self.P, self.d, self.H, self.W
-        proj = a @ ly["proj"].t()
-        qkv, fa, ga, b = proj[:, :3 * P], proj[:, 3 * P:3 * P + d], proj[:, 3 * P + d:3 * P + 2 * d], proj[:, 3 * P + 2 * d:]
-        xs = torch.cat([ly["conv_state"], qkv.float().t().unsqueeze(0)], dim=2)      # (1, 3P, W-1+T)
-        ly["conv_state"].copy_(xs[:, :, -(W - 1):])
-        qkv = F.silu(F.conv1d(xs, ly["conv"], groups=3 * P)).squeeze(0).t()         # (T, 3P)
-        q, k, v = (qkv[:, i * P:(i + 1) * P].reshape(1, T, H, d).contiguous() for i in range(3))
-        g = (fa @ ly["f_b"].t()).float().view(1, T, H, d).contiguous()
-        beta = b.float().view(1, T, H).contiguous()
+    def kda(self, ly, a):
+        T = a.shape[0]
+        q, k, v, g, beta, gate, state = kda_pre(a, ly["proj"], ly["conv_state"], ly["conv"], ly["f_b"], ly["g_b"])
+        ly["conv_state"].copy_(state)
         o, _ = fused_recurrent_kda_fwd(q, k, v, g, beta, A_log=ly["A_log"], dt_bias=ly["dt_bias"],
                                        initial_state=ly["slots"], inplace_final_state=True,
                                        ssm_state_indices=self.kda_idx[T], use_qk_l2norm_in_kernel=True,
                                        use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True,
                                        out=self.kda_out[T])
-        gate = torch.sigmoid((ga @ ly["g_b"].t()).float()).view(T, H, d)
-        y = rmsnorm(o.view(T, H, d), ly["o_norm"], self.eps) * gate
-        return y.reshape(T, P).to(BF) @ ly["o"].t()
+        return kda_post(o, gate, ly["o_norm"], ly["o"], self.eps)
 
-    def mla(self, ly, a, T):
-        Hm, R, dn, dr = self.Hm, self.R, self.dn, self.dr
-        proj = a @ ly["proj"].t()
-        q = proj[:, :Hm * (dn + dr)].view(T, Hm, dn + dr)
-        kv = proj[:, Hm * (dn + dr):]
+    def mla(self, ly, a):
+        T = a.shape[0]
         L = self.ctx + T
-        ly["c"][self.ctx:L] = rmsnorm(kv[:, :R], ly["kv_norm"], self.eps)
-        ly["kpe"][self.ctx:L] = kv[:, R:]
-        q_abs = torch.einsum("thn,hnr->thr", q[:, :, :dn], ly["w_uk"])                # (T, Hm, R)
-        s = (q_abs.reshape(T * Hm, R) @ ly["c"][:L].t() + q[:, :, dn:].reshape(T * Hm, dr) @ ly["kpe"][:L].t())
-        s = s.float().view(T, Hm, L) * (dn + dr) ** -0.5
-        s = s + self.mask[T]
-        lat = torch.softmax(s, dim=-1).to(BF).view(T * Hm, L) @ ly["c"][:L]          # (T·Hm, R)
-        o = torch.einsum("thr,hvr->thv", lat.view(T, Hm, R), ly["w_uv"])
-        return o.reshape(T, Hm * self.dv) @ ly["o"].t()
+        q_abs, q_pe, c_new, kpe_new = mla_pre(a, ly["proj"], ly["kv_norm"], ly["w_uk"], self.dr, self.eps)
+        ly["c"][self.ctx:L] = c_new
+        ly["kpe"][self.ctx:L] = kpe_new
+        return mla_attn(q_abs, q_pe, ly["c"][:L], ly["kpe"][:L], self.mask[T], ly["w_uv"], ly["o"],
+                        (self.dn + self.dr) ** -0.5)
 
-    def ffn(self, gate_up, down, a):
-        h = a @ gate_up.t()
-        n = h.shape[1] // 2
-        return (F.silu(h[:, :n]) * h[:, n:]) @ down.t()
-
-    def moe(self, ly, a):
-        s = torch.sigmoid(a.float() @ ly["router"].t())
-        _, sel = torch.topk(s + ly["bias"], self.K, dim=-1)
-        w = s.gather(1, sel)
-        if self.c.get("moe_renormalize", True):
-            w = w / w.sum(-1, keepdim=True)
-        w = w * self.c["routed_scaling_factor"]
-        routed = routed_experts(a, sel, w, ly["w13"], ly["w2"], self.bufs)
-        return (routed + self.ffn(ly["shared_gate_up"], ly["shared_down"], a).float()).to(BF)
+    def moe(self, ly, x, a, norm_w):
+        """x + moe(a), and its rmsnorm with norm_w (the next sublayer's)."""
+        w, slot_expert, n_slots, entry_slot = route(a, ly["router"], ly["bias"], self.K,
+                                                    bool(self.c.get("moe_renormalize", True)),
+                                                    float(self.c["routed_scaling_factor"]))
+        y = moe_kernels(a, ly["w13"], ly["w2"], slot_expert, n_slots, self.bufs)
+        return moe_add_norm(x, a, y, entry_slot, w, ly["shared_gate_up"], ly["shared_down"], norm_w, self.eps)
 
     def step(self, tokens, out):
-        T = tokens.shape[0]
-        x = self.embed[tokens]
+        n = len(self.layers)
+        x, a = embed_norm(self.embed, tokens, self.layers[0]["in_norm"], self.eps)
         for i, ly in enumerate(self.layers):
-            a = rmsnorm(x, ly["in_norm"], self.eps)
-            x = x + (self.kda(ly, a, T) if i in self.kda_layers else self.mla(ly, a, T))
-            a = rmsnorm(x, ly["post_norm"], self.eps)
-            x = x + (self.ffn(ly["gate_up"], ly["down"], a) if i < self.F else self.moe(ly, a))
-        logits = rmsnorm(x, self.final_norm, self.eps) @ self.lm_head.t()
-        out.copy_(torch.argmax(logits, dim=-1))
+            x, a = add_norm(x, self.kda(ly, a) if i in self.kda_layers else self.mla(ly, a), ly["post_norm"], self.eps)
+            nxt = self.layers[i + 1]["in_norm"] if i + 1 < n else self.final_norm
+            if i < self.F:
+                x, a = ffn_add_norm(x, a, ly["gate_up"], ly["down"], nxt, self.eps)
+            else:
+                x, a = self.moe(ly, x, a, nxt)
+        out.copy_(head(a, self.lm_head))
 
     def build_masks(self):
         self.mask = {}
@@ -287,7 +420,7 @@ def time_graph(peer, T, replays=20, rounds=5):
     out = torch.empty(T, dtype=torch.long, device=dev)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):                             # warm-up (compiles the Triton kernels)
+    with torch.cuda.stream(side):                             # warm-up (compiles the Triton kernels, inductor's graphs at T)
         for _ in range(3):
             peer.step(tokens, out)
     torch.cuda.current_stream().wait_stream(side)
@@ -311,11 +444,37 @@ def time_graph(peer, T, replays=20, rounds=5):
     return statistics.median(ms)
 
 
+def profile_step(peer, T, top=25):
+    """Per-kernel device time of one step at T (eager launches, the kernels the graph replays),
+    printed as `# prof` lines: where the peer's time goes."""
+    from torch.profiler import ProfilerActivity, profile
+    tokens = torch.randint(0, peer.c["vocab_size"], (T,), device=dev)
+    out = torch.empty(T, dtype=torch.long, device=dev)
+    peer.step(tokens, out)
+    torch.cuda.synchronize()
+    steps = 3
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            peer.step(tokens, out)
+        torch.cuda.synchronize()
+    rows = {}
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            n, us = rows.get(ev.name, (0, 0.0))
+            rows[ev.name] = (n + 1, us + ev.device_time)
+    total = sum(us for _, us in rows.values()) / steps
+    print(f"# prof T={T}: {total / 1e3:.3f} ms of kernels a step, {sum(n for n, _ in rows.values()) // steps} launches")
+    for name, (n, us) in sorted(rows.items(), key=lambda kv: -kv[1][1])[:top]:
+        print(f"# prof T={T} {us / steps:9.1f} us {n // steps:5d}x  {name[:110]}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ctx", type=int, default=512)
     ap.add_argument("--tmax", type=int, default=9)
     ap.add_argument("--config", default=None, help="config.json (default: configs/kimi-linear-48b-a3b.json)")
+    ap.add_argument("--profile", type=int, action="append", default=[], metavar="T",
+                    help="after the timing, the per-kernel device time of a step at T (repeatable)")
     args = ap.parse_args()
     path = args.config or os.path.join(os.environ.get("SPECDEC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", "..")),
                                        "configs", "kimi-linear-48b-a3b.json")
@@ -324,16 +483,20 @@ def main():
     torch.manual_seed(0)
     import fla
     print(f"# torch {torch.__version__}, triton {triton.__version__}, fla {fla.__version__}, {torch.cuda.get_device_name()}")
-    if not check_moe(c["hidden_size"], c["moe_intermediate_size"], c["num_experts"], c["num_experts_per_token"]):
-        return 1
     with torch.inference_mode():
+        if not check_moe(c["hidden_size"], c["moe_intermediate_size"], c["num_experts"], c["num_experts_per_token"]):
+            return 1
         peer = Peer(c, args.ctx, args.tmax)
         peer.build_masks()
         torch.cuda.synchronize()
         print(f"# {os.path.basename(path)}: {torch.cuda.memory_allocated() / 1e9:.1f} GB on the device, ctx {args.ctx}, "
               "one CUDA graph per T, median of 5 rounds of 20 replays")
+        print(f"# glue compiled by inductor (torch.compile fullgraph, static shapes, a graph per region and T); "
+              "fla's kernel, the MoE Triton pair and the GEMMs as before")
         for T in range(1, args.tmax + 1):
             print(f"peer T={T} ms={time_graph(peer, T):.3f}", flush=True)
+        for T in args.profile:
+            profile_step(peer, T)
     return 0
 
 
