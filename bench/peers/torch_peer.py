@@ -27,7 +27,8 @@ shape (configs/kimi-linear-48b-a3b.json), bs = 1, a context of 512 positions, sy
   graphs  one CUDA graph per T (the whole step: embedding to each row's argmax), replayed.
 Printed, for T = 1 (the decode step) .. 9 (a verify pass of k = 8): `peer T=<T> ms=<median ms>`,
 one line each, after `# ` header lines; the MoE kernels are checked against plain torch first
-(`# moe check ... ok`), and the script exits 1 when that check fails.
+(`# moe check ... ok`), and the script exits 1 when that check fails. `--profile T` (repeatable)
+adds the per-kernel device time of a step at T as `# prof` lines: where the peer's time goes.
 
 Run (torch and triton installed; fla-core and einops from .whl/):
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
