@@ -11,10 +11,10 @@
 //   model     Kimi-Linear's first four layers (dense+KDA, MoE+KDA ×2, MoE+MLA) synthesised on the
 //             device: a 300-token prefill against the token path (every position's logits and the next
 //             decode step, MODEL.md's 2e-2), then a 4096-token piece timed whole and by sublayer, and
-//             the routed experts' up GEMMs three ways over the same rows: the engine's grouped launch
-//             (kernels/moe_grouped.h), one cuBLASLt call per expert, and one cublasGemmGroupedBatchedEx
-//             call for up and for down, bf16 and f32 out (the alternatives to measure, not used by
-//             the engine)
+//             the routed experts' GEMMs over the same rows: the engine's grouped cuBLAS calls
+//             (kernels/moe_grouped.h) for up and down, one cuBLASLt call per expert for up, and
+//             the lab's own cublasGemmGroupedBatchedEx calls for up and down with bf16 and with f32
+//             out (f32 out is what cuBLAS refuses for bf16 inputs; the line says whether it still does)
 // usage: prefill_lab [--all | --ceilings --gemm --kda --mla --model]   (no option: --all)
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -357,8 +357,8 @@ static void run_grouped(void *ctx, cudaStream_t q) {
 }
 
 // The routed experts' up or down GEMMs of the last MoE call (p->counts_host) as one grouped cuBLAS
-// call, bf16 in and FP32 compute, out in bf16 or in f32 (the prefill's type): the alternative to the
-// engine's grouped launch, timed beside it.
+// call of the lab's own, bf16 in and FP32 compute, out in bf16 (the engine's type) or in f32: timed
+// beside the engine's calls.
 static void grouped_cublas(const sd_model *m, sd_prefill_scratch *p, int layer, bool down, bool f32_out, cudaStream_t q) {
     const sd_config *c = &m->cfg;
     const int E = c->num_experts, D = c->hidden_size, Ie = c->moe_intermediate_size;
@@ -405,23 +405,14 @@ static void grouped_cublas(const sd_model *m, sd_prefill_scratch *p, int layer, 
     free(A); free(B); free(C);
 }
 
-// The prefill's own loop over the same experts (its up GEMMs only), timed the same way.
+// The routed experts' GEMMs of MoE layer `layer` over the rows its last call grouped: up or down.
 typedef struct { const sd_model *m; sd_prefill_scratch *p; int layer, down; } loop_ctx;
-// The engine's grouped launch over the same rows and tile list (kernels/moe_grouped.h), up or down.
-static void run_grouped_kernel(void *ctx, cudaStream_t q) {
+// The engine's grouped cuBLAS call as the last MoE call planned it (kernels/moe_grouped.h), up or down.
+static void run_grouped_engine(void *ctx, cudaStream_t q) {
     loop_ctx *c = ctx;
-    const sd_config *cf = &c->m->cfg;
-    const int E = cf->num_experts, D = cf->hidden_size, Ie = cf->moe_intermediate_size;
-    const sd_cuda_expert *table = sd_cuda_backend_of(c->m)->experts + (size_t)(c->layer - cf->first_k_dense_replace) * E;
-    const int max_tiles = sd_moe_grouped_max_tiles(c->p->chunk * cf->num_experts_per_token, E);
-    const sd_prefill_moe *x = &c->p->moe;
-    if (c->down)
-        SD_BENCH_OK(sd_cuda_moe_grouped_gemm(SD_MOE_GROUPED_DOWN, table, x->tiles, x->n_tiles, max_tiles, x->hb, D, Ie, Ie,
-                                             x->yexp, q, &st_));
-    else
-        SD_BENCH_OK(sd_cuda_moe_grouped_gemm(SD_MOE_GROUPED_UP, table, x->tiles, x->n_tiles, max_tiles, x->xg, 2 * Ie, D, Ie,
-                                             x->h1, q, &st_));
+    SD_BENCH_OK(sd_cuda_moe_grouped_gemm(c->p->grouped, c->down ? SD_MOE_GROUPED_DOWN : SD_MOE_GROUPED_UP, q, &st_));
 }
+// One cuBLASLt call per expert over the same rows (up only, f32 out), timed the same way.
 static void run_loop_up(void *ctx, cudaStream_t q) {
     loop_ctx *c = ctx;
     const sd_config *cf = &c->m->cfg;
@@ -432,7 +423,7 @@ static void run_loop_up(void *ctx, cudaStream_t q) {
         sd_mat both;
         if (!sd_prefill_stacked(&f->gate, &f->up, &both)) both = f->gate;
         SD_BENCH_OK(sd_gemm_linear_bf16(c->p->gemm, &both, (const uint16_t *)c->p->moe.xg + (size_t)off * D, D, c->p->counts_host[e],
-                                c->p->moe.h1 + (size_t)off * 2 * Ie, 2 * Ie, 0.0f, q, &st_));
+                                (float *)c->p->moe.h1 + (size_t)off * 2 * Ie, 2 * Ie, 0.0f, q, &st_));
     }
 }
 
@@ -508,12 +499,12 @@ static void lab_model(void) {
         const double ms = sd_bench_time_ms(run_sub, &sc, b->stream, 3);
         add_row("model", SUBS[i].name, -1, 0, ms, C / ms * 1e3, "tokens/s");
     }
-    // The MoE sublayer ran last: its grouping (layer 1's) is in the scratch; its counts to the host.
-    SD_BENCH_CK(cudaMemcpy(p->counts_host, p->moe.counts, sizeof(int) * cfg.num_experts, cudaMemcpyDeviceToHost));
+    // The MoE sublayer ran last: its grouping (layer 1's), counts (p->counts_host) and grouped plan
+    // are in the scratch.
     loop_ctx lc = {.m = &dev, .p = p, .layer = 1};
-    add_row("model", "experts up, grouped launch", -1, 0, sd_bench_time_ms(run_grouped_kernel, &lc, b->stream, 3), 0, "");
+    add_row("model", "experts up, engine's grouped", -1, 0, sd_bench_time_ms(run_grouped_engine, &lc, b->stream, 3), 0, "");
     lc.down = 1;
-    add_row("model", "experts down, grouped launch", -1, 0, sd_bench_time_ms(run_grouped_kernel, &lc, b->stream, 3), 0, "");
+    add_row("model", "experts down, engine's grouped", -1, 0, sd_bench_time_ms(run_grouped_engine, &lc, b->stream, 3), 0, "");
     lc.down = 0;
     add_row("model", "experts up, cuBLASLt loop", -1, 0, sd_bench_time_ms(run_loop_up, &lc, b->stream, 3), 0, "");
     for (int down = 0; down < 2; down++)

@@ -1,4 +1,4 @@
-// mma.cuh — the tensor-core pieces the prefill's kernels share (moe_grouped.cuh, mla_prefill.cu):
+// mma.cuh — the tensor-core pieces of the prefill's flash attention (mla_prefill.cu):
 // ldmatrix loads of 8 × 8 bf16 matrices from shared memory and mma.sync.m16n8k16 with bf16
 // operands and f32 accumulation. Fragment layouts (PTX ISA, "mma.m16n8k16"): lane = 4g + t;
 //   A (16 × 16, row): a0 = (g, 2t..2t+1), a1 = (g+8, 2t..), a2 = (g, 2t+8..), a3 = (g+8, 2t+8..)

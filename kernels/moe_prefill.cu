@@ -1,6 +1,6 @@
 // moe_prefill.cu — the MoE block's kernels at prefill (moe_prefill.h): routing a warp a token, the
 // grouping by expert (a warp an expert scans the entries in order, so a row's place never depends
-// on timing), the gathers, the SwiGLU and the weighted combine.
+// on timing), the gathers, the SwiGLU and the weighted combine (the last two over f32 or bf16 rows).
 #include <cuda_bf16.h>
 #include "common.cuh" // sd_dev_sigmoid, sd_dev_silu, SD_NVTX, sd_ceil_div
 #include "moe_prefill.h"
@@ -162,42 +162,54 @@ extern "C" sd_code sd_cuda_gather_rows(const float *x, int ld_x, const int *rows
     return SD_OK;
 }
 
-template <bool BF16>
-static __global__ void swiglu_kernel(const float *__restrict__ h, size_t n, int I, void *out) {
+// An element as stored, widened to fp32 (exact for bf16).
+static __device__ __forceinline__ float wide(float v) { return v; }
+static __device__ __forceinline__ float wide(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename In, bool BF16>
+static __global__ void swiglu_kernel(const In *__restrict__ h, size_t n, int I, void *out) {
     for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n * I; idx += (size_t)gridDim.x * blockDim.x) {
         const size_t r = idx / I, i = idx % I;
-        const float *row = h + r * 2 * I;
-        put<BF16>(out, idx, sd_dev_silu(row[i]) * row[I + i]);
+        const In *row = h + r * 2 * I;
+        put<BF16>(out, idx, sd_dev_silu(wide(row[i])) * wide(row[I + i]));
     }
 }
 
-extern "C" sd_code sd_cuda_swiglu_rows(const float *h, int n, int I, void *out, bool out_bf16, cudaStream_t stream,
-                                       sd_status *st) {
+template <typename In>
+static void swiglu_launch(const void *h, size_t n, int I, void *out, bool out_bf16, int blocks, cudaStream_t stream) {
+    if (out_bf16) swiglu_kernel<In, true><<<blocks, 256, 0, stream>>>((const In *)h, n, I, out);
+    else swiglu_kernel<In, false><<<blocks, 256, 0, stream>>>((const In *)h, n, I, out);
+}
+
+extern "C" sd_code sd_cuda_swiglu_rows(const void *h, bool h_bf16, int n, int I, void *out, bool out_bf16,
+                                       cudaStream_t stream, sd_status *st) {
     SD_NVTX("sd_cuda_swiglu_rows");
     if (n < 1) return SD_OK;
     const size_t total = (size_t)n * I;
     const int blocks = (int)(total < (size_t)256 * 8192 ? (total + 255) / 256 : 8192);
-    if (out_bf16) swiglu_kernel<true><<<blocks, 256, 0, stream>>>(h, (size_t)n, I, out);
-    else swiglu_kernel<false><<<blocks, 256, 0, stream>>>(h, (size_t)n, I, out);
+    if (h_bf16) swiglu_launch<__nv_bfloat16>(h, (size_t)n, I, out, out_bf16, blocks, stream);
+    else swiglu_launch<float>(h, (size_t)n, I, out, out_bf16, blocks, stream);
     SD_LAUNCH_CHECK(st);
     return SD_OK;
 }
 
-static __global__ void combine_kernel(const float *__restrict__ y, const int *__restrict__ inv, const float *__restrict__ w,
+template <typename In>
+static __global__ void combine_kernel(const In *__restrict__ y, const int *__restrict__ inv, const float *__restrict__ w,
                                       const float *__restrict__ shared, int K, int D, float *__restrict__ x) {
     const int t = blockIdx.x;
     for (int c = threadIdx.x; c < D; c += blockDim.x) {
         float acc = 0.0f;
-        for (int j = 0; j < K; j++) acc += w[(size_t)t * K + j] * y[(size_t)inv[(size_t)t * K + j] * D + c];
+        for (int j = 0; j < K; j++) acc += w[(size_t)t * K + j] * wide(y[(size_t)inv[(size_t)t * K + j] * D + c]);
         if (shared) acc += shared[(size_t)t * D + c];
         x[(size_t)t * D + c] += acc;
     }
 }
 
-extern "C" sd_code sd_cuda_moe_prefill_combine(const float *y, const int *inv, const float *w, const float *shared, int T,
-                                               int K, int D, float *x, cudaStream_t stream, sd_status *st) {
+extern "C" sd_code sd_cuda_moe_prefill_combine(const void *y, bool y_bf16, const int *inv, const float *w, const float *shared,
+                                               int T, int K, int D, float *x, cudaStream_t stream, sd_status *st) {
     if (T < 1) return SD_OK;
-    combine_kernel<<<T, 256, 0, stream>>>(y, inv, w, shared, K, D, x);
+    if (y_bf16) combine_kernel<<<T, 256, 0, stream>>>((const __nv_bfloat16 *)y, inv, w, shared, K, D, x);
+    else combine_kernel<<<T, 256, 0, stream>>>((const float *)y, inv, w, shared, K, D, x);
     SD_LAUNCH_CHECK(st);
     return SD_OK;
 }

@@ -32,14 +32,16 @@ sd_code sd_cuda_moe_prefill_scatter(const int *sel, int n, int K, int E, const i
 sd_code sd_cuda_gather_rows(const float *x, int ld_x, const int *rows, int n, int D, void *out, bool out_bf16,
                             cudaStream_t stream, sd_status *st);
 
-// The SwiGLU of n rows of h (2I wide: gate·x in columns 0..I-1, up·x in I..2I-1):
-// out[r][i] = silu(h[r][i]) · h[r][I + i] as bf16 or f32 (I wide) — the down GEMM's input.
-sd_code sd_cuda_swiglu_rows(const float *h, int n, int I, void *out, bool out_bf16, cudaStream_t stream, sd_status *st);
+// The SwiGLU of n rows of h (2I wide, bf16 or f32: gate·x in columns 0..I-1, up·x in I..2I-1):
+// out[r][i] = silu(h[r][i]) · h[r][I + i] in fp32 from the values as stored, written as bf16 or
+// f32 (I wide) — the down GEMM's input.
+sd_code sd_cuda_swiglu_rows(const void *h, bool h_bf16, int n, int I, void *out, bool out_bf16, cudaStream_t stream,
+                            sd_status *st);
 
-// x[t] += Σ_{j<K} w[t·K+j] · y[inv[t·K+j]] (j from 0, the CPU's order) + shared[t] (NULL: none).
-// y (grouped rows, D wide), shared and x (T, D).
-sd_code sd_cuda_moe_prefill_combine(const float *y, const int *inv, const float *w, const float *shared, int T, int K, int D,
-                                    float *x, cudaStream_t stream, sd_status *st);
+// x[t] += Σ_{j<K} w[t·K+j] · y[inv[t·K+j]] (j from 0, the CPU's order) + shared[t] (NULL: none),
+// in fp32 from the y values as stored. y (grouped rows, D wide, bf16 or f32), shared and x (T, D).
+sd_code sd_cuda_moe_prefill_combine(const void *y, bool y_bf16, const int *inv, const float *w, const float *shared, int T,
+                                    int K, int D, float *x, cudaStream_t stream, sd_status *st);
 
 #ifdef __cplusplus
 }

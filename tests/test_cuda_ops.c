@@ -20,7 +20,6 @@ Test(cuda, suite) { cr_skip_test("CUDA backend not built (no toolkit or -DSPECDE
 #include "cuda_ops/op_cases.h" // the run functions, TOL_BF16, TOL_MMA, TOL_CHUNK
 #include <cuda_runtime_api.h>
 #include "gemm.h" // SD_GEMM_WT, SD_GEMM_WN (the GEMM cases' shapes)
-#include "moe_grouped.h" // SD_MOE_GROUPED_UP, _DOWN (the grouped GEMM cases' shapes)
 
 uint64_t case_seed; // cuda_harness.h: the running case's (every input of a case is drawn from it)
 char LABEL[256];    // cuda_harness.h: the running case, at the head of every message
@@ -319,26 +318,34 @@ static const op_case CASES[] = {
     {.op = "sd_cuda_gather_rows", .note = "odd D, x rows padded", .run = run_gather_rows, .shape = {50, 101, 3, 20}, .tol = TOL_BITWISE},
     {.op = "sd_cuda_gather_rows", .note = "rows past 256 threads", .run = run_gather_rows, .shape = {7, 1000, 24, 3}, .tol = TOL_BITWISE},
     {.op = "sd_cuda_gather_rows", .run = run_gather_rows, .shape = {2400, 64, 0, 300}, .tol = TOL_BITWISE},
-    // SwiGLU rows: f32 TOL_ELEM; bf16 the f32 rounded, bitwise, and TOL_BF16 vs the CPU.
+    // SwiGLU rows (f32 or bf16 h; shape n, I, h_bf16): f32 TOL_ELEM; bf16 the f32 rounded, bitwise,
+    // and TOL_BF16 vs the CPU.
     {.op = "sd_cuda_swiglu_rows", .note = "one row", .run = run_swiglu_rows, .shape = {1, 16}, .tol = TOL_ELEM},
     {.op = "sd_cuda_swiglu_rows", .note = "Kimi's experts", .run = run_swiglu_rows, .shape = {296, 1024}, .tol = TOL_ELEM},
     {.op = "sd_cuda_swiglu_rows", .note = "Kimi's dense FFN", .run = run_swiglu_rows, .shape = {33, 9216}, .tol = TOL_ELEM},
     {.op = "sd_cuda_swiglu_rows", .note = "odd I", .run = run_swiglu_rows, .shape = {5, 37}, .tol = TOL_ELEM},
     {.op = "sd_cuda_swiglu_rows", .note = "past one grid", .run = run_swiglu_rows, .shape = {3000, 768}, .tol = TOL_ELEM},
-    // The weighted combine: the CPU's order, bitwise.
+    {.op = "sd_cuda_swiglu_rows", .note = "bf16 h: Kimi's experts", .run = run_swiglu_rows, .shape = {296, 1024, 1}, .tol = TOL_ELEM},
+    {.op = "sd_cuda_swiglu_rows", .note = "bf16 h: odd I", .run = run_swiglu_rows, .shape = {5, 37, 1}, .tol = TOL_ELEM},
+    {.op = "sd_cuda_swiglu_rows", .note = "bf16 h: past one grid", .run = run_swiglu_rows, .shape = {3000, 768, 1}, .tol = TOL_ELEM},
+    // The weighted combine (f32 or bf16 y; shape T, K, D, shared, y_bf16): the CPU's order, bitwise.
     {.op = "sd_cuda_moe_prefill_combine", .note = "Kimi's, one token", .run = run_moe_prefill_combine, .shape = {1, 8, 2304, 1}, .tol = TOL_BITWISE},
     {.op = "sd_cuda_moe_prefill_combine", .note = "Kimi's", .run = run_moe_prefill_combine, .shape = {37, 8, 2304, 1}, .tol = TOL_BITWISE},
     {.op = "sd_cuda_moe_prefill_combine", .note = "no shared expert", .run = run_moe_prefill_combine, .shape = {5, 2, 100, 0}, .tol = TOL_BITWISE},
     {.op = "sd_cuda_moe_prefill_combine", .run = run_moe_prefill_combine, .shape = {300, 6, 64, 1}, .tol = TOL_BITWISE},
     {.op = "sd_cuda_moe_prefill_combine", .note = "K = 1, rows past 256 threads", .run = run_moe_prefill_combine, .shape = {3, 1, 1000, 0}, .tol = TOL_BITWISE},
-    // The grouped expert GEMMs: the tile list bitwise, y vs float64 of the same bf16 values (TOL_MMA).
-    // shape: E, n, Ie, D, op, skew.
-    {.op = "sd_cuda_moe_grouped_tiles, sd_cuda_moe_grouped_gemm", .note = "up: tiny's experts, N and K tails", .run = run_moe_grouped, .shape = {8, 400, 16, 32, SD_MOE_GROUPED_UP, 0}, .tol = TOL_MMA},
-    {.op = "sd_cuda_moe_grouped_tiles, sd_cuda_moe_grouped_gemm", .note = "down: tiny's experts", .run = run_moe_grouped, .shape = {8, 400, 16, 32, SD_MOE_GROUPED_DOWN, 0}, .tol = TOL_MMA},
-    {.op = "sd_cuda_moe_grouped_tiles, sd_cuda_moe_grouped_gemm", .note = "up: toy's, an expert of many tiles, empty experts", .run = run_moe_grouped, .shape = {16, 2000, 256, 512, SD_MOE_GROUPED_UP, 1}, .tol = TOL_MMA},
-    {.op = "sd_cuda_moe_grouped_tiles, sd_cuda_moe_grouped_gemm", .note = "down: toy's, skewed", .run = run_moe_grouped, .shape = {16, 2000, 256, 512, SD_MOE_GROUPED_DOWN, 1}, .tol = TOL_MMA},
-    {.op = "sd_cuda_moe_grouped_tiles, sd_cuda_moe_grouped_gemm", .note = "up: Kimi's widths, 16 experts", .run = run_moe_grouped, .shape = {16, 296, 1024, 2304, SD_MOE_GROUPED_UP, 0}, .tol = TOL_MMA},
-    {.op = "sd_cuda_moe_grouped_tiles, sd_cuda_moe_grouped_gemm", .note = "down: K = 40 (not a multiple of 32), N = 72 (a partial tile)", .run = run_moe_grouped, .shape = {4, 150, 40, 72, SD_MOE_GROUPED_DOWN, 1}, .tol = TOL_MMA},
+    {.op = "sd_cuda_moe_prefill_combine", .note = "bf16 y: Kimi's", .run = run_moe_prefill_combine, .shape = {37, 8, 2304, 1, 1}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_moe_prefill_combine", .note = "bf16 y: no shared expert", .run = run_moe_prefill_combine, .shape = {5, 2, 100, 0, 1}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_moe_prefill_combine", .note = "bf16 y: K = 1, odd D", .run = run_moe_prefill_combine, .shape = {3, 1, 1001, 0, 1}, .tol = TOL_BITWISE},
+    // The grouped expert GEMMs (cuBLAS): both GEMMs of a plan vs float64 of the same bf16 values,
+    // each bf16 output within one rounding of its fp32 sum, then the NMSE (TOL_BF16: one rounding
+    // of the output, < 2^-16, above the fp32 sums' TOL_MMA). shape: E, n, Ie, D, stacked, skew.
+    {.op = "sd_cuda_moe_grouped_create, sd_cuda_moe_grouped_plan, sd_cuda_moe_grouped_gemm", .note = "tiny's experts, gate and up apart", .run = run_moe_grouped, .shape = {8, 400, 16, 32, 0, 0}, .tol = TOL_BF16},
+    {.op = "sd_cuda_moe_grouped_create, sd_cuda_moe_grouped_plan, sd_cuda_moe_grouped_gemm", .note = "tiny's experts, stacked", .run = run_moe_grouped, .shape = {8, 400, 16, 32, 1, 0}, .tol = TOL_BF16},
+    {.op = "sd_cuda_moe_grouped_create, sd_cuda_moe_grouped_plan, sd_cuda_moe_grouped_gemm", .note = "toy's, an expert of many rows, empty experts", .run = run_moe_grouped, .shape = {16, 2000, 256, 512, 1, 1}, .tol = TOL_BF16},
+    {.op = "sd_cuda_moe_grouped_create, sd_cuda_moe_grouped_plan, sd_cuda_moe_grouped_gemm", .note = "toy's, skewed, apart", .run = run_moe_grouped, .shape = {16, 2000, 256, 512, 0, 1}, .tol = TOL_BF16},
+    {.op = "sd_cuda_moe_grouped_create, sd_cuda_moe_grouped_plan, sd_cuda_moe_grouped_gemm", .note = "Kimi's widths, 16 experts", .run = run_moe_grouped, .shape = {16, 296, 1024, 2304, 1, 0}, .tol = TOL_BF16},
+    {.op = "sd_cuda_moe_grouped_create, sd_cuda_moe_grouped_plan, sd_cuda_moe_grouped_gemm", .note = "Ie = 40, D = 72 (not multiples of 16)", .run = run_moe_grouped, .shape = {4, 150, 40, 72, 0, 1}, .tol = TOL_BF16},
 };
 
 Test(cuda_ops, table, .timeout = 600) {

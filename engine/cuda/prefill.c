@@ -1,8 +1,8 @@
 // prefill.c — the CUDA backend's prefill (cuda_prefill.h): the scratch of a device model's
 // prefill, the pieces of a prompt through the layers (prefill_layers.c), the head's rows, and
 // the commit of each piece. Nothing here is captured in a graph, so positions are launch
-// arguments; the host reads the expert counts back once per MoE layer only for F32 experts (BF16
-// experts run as grouped GEMMs over a tile list built on the device).
+// arguments, and the host reads the expert counts back once per MoE layer (the expert GEMMs'
+// sizes are host arguments).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,7 +10,6 @@
 #include "cuda_internal.h"  // sd_cuda_state_is_ours
 #include "kda_prefill.h"    // sd_cuda_kda_chunk_work_floats
 #include "mla_prefill.h"    // sd_mla_packed_width
-#include "moe_grouped.h"    // sd_moe_grouped_max_tiles
 #include "prefill_internal.h"
 #include "route.h"          // sd_route_margin
 #include "rows.h"           // sd_cuda_embed, sd_cuda_rmsnorm
@@ -68,8 +67,7 @@ static void layout(sd_prefill_scratch *p, const sd_config *c, bump *b) {
     sd_prefill_moe *z = &p->moe;
     z->router = TF(&m, C * E); z->sel = TI(&m, CK); z->w = TF(&m, CK);
     z->counts = TI(&m, E); z->offsets = TI(&m, E); z->row_tok = TI(&m, CK); z->inv = TI(&m, CK);
-    z->tiles = TI(&m, 3 * (size_t)sd_moe_grouped_max_tiles((int)CK, (int)E)); z->n_tiles = TI(&m, 1);
-    z->xg = TV(&m, CK * D); z->h1 = TF(&m, CK * 2 * Ie); z->hb = TV(&m, CK * Ie); z->yexp = TF(&m, CK * D);
+    z->xg = TV(&m, CK * D); z->h1 = TV(&m, CK * 2 * Ie); z->hb = TV(&m, CK * Ie); z->yexp = TV(&m, CK * D);
     z->h1s = TF(&m, C * 2 * S * Ie); z->hbs = TV(&m, C * S * Ie); z->shared = TF(&m, C * D);
     end = max_z(end, m.used);
 
@@ -94,6 +92,8 @@ static size_t stage_elems(const sd_config *c, int chunk) {
 void sd_prefill_free(sd_prefill_scratch *p) {
     if (!p) return;
     sd_gemm_free(p->gemm);
+    sd_moe_grouped_free(p->grouped);
+    free(p->experts_host);
     cudaFree(p->arena);
     cudaFree(p->kpack);
     cudaFreeHost(p->counts_host);
@@ -107,6 +107,19 @@ void sd_cuda_prefill_release(sd_cuda_backend *b) {
     sd_prefill_free(b->prefill);
     free(b->prefill);
     b->prefill = NULL;
+}
+
+// The routed experts' grouped GEMMs and the host copy of the device's expert table they take
+// their pointers from, when the model has routed experts.
+static sd_code make_grouped(const sd_cuda_backend *b, sd_prefill_scratch *p, const sd_config *c, sd_status *st) {
+    const int E = c->num_experts, n_moe = c->num_hidden_layers - c->first_k_dense_replace;
+    if (E < 1 || n_moe < 1) return SD_OK;
+    if (!b->experts) return sd_fail(st, SD_ERR_USAGE, "cuda prefill: %d MoE layers but no device expert table", n_moe);
+    const size_t n = (size_t)n_moe * E;
+    p->experts_host = malloc(n * sizeof *p->experts_host);
+    if (!p->experts_host) return sd_fail(st, SD_ERR_SYS, "cuda prefill: out of memory for the %zu-entry expert table", n);
+    SD_CUDA_CHECK(st, cudaMemcpy(p->experts_host, b->experts, n * sizeof *p->experts_host, cudaMemcpyDeviceToHost));
+    return sd_cuda_moe_grouped_create(&p->grouped, E, st);
 }
 
 // b->prefill with its scratch for m's config, made on the first prefill (and after a new chunk).
@@ -135,6 +148,7 @@ static sd_code ensure_scratch(sd_cuda_backend *b, const sd_model *m, sd_prefill_
         layout(p, c, &real);
         rc = sd_gemm_create(&p->gemm, stage_elems(c, p->chunk), st);
     }
+    if (!rc) rc = make_grouped(b, p, c, st);
     if (!rc && cudaMallocHost((void **)&p->counts_host, 2 * sizeof(int) * (size_t)(c->num_experts > 0 ? c->num_experts : 1)) !=
                    cudaSuccess)
         rc = sd_fail(st, SD_ERR_SYS, "cuda prefill: cannot allocate the pinned expert counts");

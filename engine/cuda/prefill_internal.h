@@ -3,12 +3,14 @@
 #pragma once
 #include <stdint.h>
 #include "cuda_prefill.h"
-#include "gemm.h" // sd_gemm
+#include "gemm.h"        // sd_gemm
+#include "moe_grouped.h" // sd_moe_grouped, sd_cuda_expert
 
 // Device scratch for a piece of up to `chunk` tokens (C), one arena: the residual stream and the
 // head's rows live throughout; the four sublayer kinds run one at a time, so their buffers share
 // one region (each kind's layout starts at the region's start; the region is the largest). Buffers
-// that feed a GEMM as its activations (act, xg, hb) hold 4 bytes an element, enough for f32 or bf16.
+// that feed a GEMM as its activations or take its output in the experts' dtype (act, xg, h1, hb, yexp)
+// hold 4 bytes an element, enough for f32 or bf16.
 typedef struct {
     float *qkv, *qkvc;       // (C, 3P) raw projections [q | k | v], then convolved and normalised
     float *fa, *ga;          // (C, d) the gates' low-rank first halves
@@ -31,11 +33,12 @@ typedef struct {
     float *w;                // (C, K)
     int *counts, *offsets;   // (E), (E)
     int *row_tok, *inv;      // (C·K)
-    int *tiles, *n_tiles;    // the grouped GEMMs' tile list (moe_grouped.h: 3 ints a tile), its length
+    // The routed experts' rows, in the experts' dtype: bf16 for BF16 experts (the grouped GEMMs'
+    // operands and outputs), f32 for F32 experts.
     void *xg;                // (C·K, D) gathered rows
-    float *h1;               // (C·K, 2·Ie) [gate | up]
+    void *h1;                // (C·K, 2·Ie) [gate | up]
     void *hb;                // (C·K, Ie) SwiGLU
-    float *yexp;             // (C·K, D) expert outputs
+    void *yexp;              // (C·K, D) expert outputs
     float *h1s;              // (C, 2·S·Ie) the shared expert
     void *hbs;               // (C, S·Ie)
     float *shared;           // (C, D)
@@ -49,6 +52,8 @@ typedef struct {
 typedef struct sd_prefill_scratch {
     int chunk;               // C
     sd_gemm *gemm;
+    sd_moe_grouped *grouped;        // the routed experts' grouped GEMMs (NULL: the model has none)
+    sd_cuda_expert *experts_host;   // a host copy of the device's expert table (cuda_backend.h), their pointers
     void *arena;
     size_t arena_bytes;
     float *x, *a;            // (C, D) residual stream, normed input
@@ -61,7 +66,7 @@ typedef struct sd_prefill_scratch {
     sd_prefill_dense dense;
     uint16_t *kpack;         // (kpack_rows, packed width) bf16 keys of an MLA layer, grown to a state's capacity
     int kpack_rows;
-    int *counts_host;        // (2, E) pinned: an F32 MoE layer's expert counts read back, then their offsets
+    int *counts_host;        // (2, E) pinned: a MoE layer's expert counts read back, then their offsets
 } sd_prefill_scratch;
 
 #define SD_PREFILL_HEAD_ROWS 64

@@ -9,7 +9,7 @@
 #include "check.h"          // SD_CUDA_CHECK
 #include "kda_prefill.h"    // sd_cuda_kda_prefill_conv, _ring, sd_cuda_kda_chunk, sd_cuda_kda_prefill_out
 #include "mla_prefill.h"    // sd_cuda_mla_prefill_cache, _pack_*, sd_cuda_mla_flash
-#include "moe_grouped.h"    // sd_cuda_moe_grouped_tiles, sd_cuda_moe_grouped_gemm
+#include "moe_grouped.h"    // sd_cuda_moe_grouped_plan, sd_cuda_moe_grouped_gemm
 #include "moe_prefill.h"    // sd_cuda_moe_prefill_*, sd_cuda_gather_rows, sd_cuda_swiglu_rows
 #include "prefill_internal.h"
 
@@ -135,7 +135,7 @@ static sd_code swiglu_up(sd_prefill_scratch *p, sd_cuda_backend *b, const sd_ffn
                          sd_status *st) {
     const int I = w->gate.rows;
     TRY(lin_pair(p, b, &w->gate, &w->up, M, h, 2 * I, st));
-    return sd_cuda_swiglu_rows(h, M, I, out, bf16(&w->down), b->stream, st);
+    return sd_cuda_swiglu_rows(h, false, M, I, out, bf16(&w->down), b->stream, st);
 }
 
 sd_code sd_prefill_dense_ffn(sd_cuda_backend *b, sd_prefill_scratch *p, const sd_model *m, int i, int C, sd_status *st) {
@@ -156,17 +156,17 @@ static sd_code routed_experts_f32(sd_prefill_scratch *p, sd_cuda_backend *b, con
         if (!counts[e]) continue;
         const sd_ffn_weights *f = &w->experts[e];
         const float *xe = (const float *)x->xg + (size_t)off * D;
-        float *h = x->h1 + (size_t)off * 2 * Ie;
+        float *h = (float *)x->h1 + (size_t)off * 2 * Ie;
         TRY(lin_act(p, b, &f->gate, xe, D, counts[e], h, 2 * Ie, 0.0f, st));
         TRY(lin_act(p, b, &f->up, xe, D, counts[e], h + Ie, 2 * Ie, 0.0f, st));
     }
     const int rows = off;
-    TRY(sd_cuda_swiglu_rows(x->h1, rows, Ie, x->hb, false, b->stream, st));
+    TRY(sd_cuda_swiglu_rows(x->h1, false, rows, Ie, x->hb, false, b->stream, st));
     off = 0;
     for (int e = 0; e < E; off += counts[e], e++) {
         if (!counts[e]) continue;
         const float *he = (const float *)x->hb + (size_t)off * Ie;
-        TRY(lin_act(p, b, &w->experts[e].down, he, Ie, counts[e], x->yexp + (size_t)off * D, D, 0.0f, st));
+        TRY(lin_act(p, b, &w->experts[e].down, he, Ie, counts[e], (float *)x->yexp + (size_t)off * D, D, 0.0f, st));
     }
     return SD_OK;
 }
@@ -180,8 +180,6 @@ static sd_code experts_bf16(const sd_moe_weights *w, const sd_config *c, int lay
         if (!f->gate.data || !f->up.data || !f->down.data)
             return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda prefill: layer %d expert %d is not on this device (a shard?)", layer, e);
         const int k = bf16(&f->gate) + bf16(&f->up) + bf16(&f->down);
-        if (k == 3 && ((uintptr_t)f->gate.data | (uintptr_t)f->up.data | (uintptr_t)f->down.data) % 16)
-            return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda prefill: layer %d expert %d weights are not 16-byte aligned", layer, e);
         if (k != 0 && k != 3)
             return sd_fail(st, SD_ERR_UNSUPPORTED, "cuda prefill: layer %d expert %d mixes bf16 and f32 matrices", layer, e);
         n_bf16 += k == 3;
@@ -192,23 +190,38 @@ static sd_code experts_bf16(const sd_moe_weights *w, const sd_config *c, int lay
     return SD_OK;
 }
 
-// The routed experts of a BF16 layer: the tile list and offsets from the counts on the device, the
-// rows scattered and gathered in bf16, [gate | up] as one grouped GEMM, the SwiGLU, down as another
-// (moe_grouped.h) — no readback.
-static sd_code routed_experts_grouped(sd_prefill_scratch *p, sd_cuda_backend *b, const sd_config *c, int layer, int n,
-                                      sd_status *st) {
-    const int E = c->num_experts, K = c->num_experts_per_token, D = c->hidden_size, Ie = c->moe_intermediate_size;
-    const int max_tiles = sd_moe_grouped_max_tiles(n, E);
-    const sd_cuda_expert *table = b->experts + (size_t)(layer - c->first_k_dense_replace) * E;
+// The n entries grouped by expert: the counts to the host (the expert GEMMs' sizes are host
+// arguments), their offsets back up, the entries scattered to rows and the normed input gathered
+// into them (bf16 for BF16 experts, f32 for F32).
+static sd_code group_rows(sd_prefill_scratch *p, sd_cuda_backend *b, const sd_config *c, int n, bool rows_bf16,
+                          sd_status *st) {
+    const int E = c->num_experts, K = c->num_experts_per_token, D = c->hidden_size;
     sd_prefill_moe *x = &p->moe;
     cudaStream_t q = b->stream;
-    TRY(sd_cuda_moe_grouped_tiles(x->counts, E, x->offsets, x->tiles, x->n_tiles, q, st));
+    SD_CUDA_CHECK(st, cudaMemcpyAsync(p->counts_host, x->counts, sizeof(int) * E, cudaMemcpyDeviceToHost, q));
+    SD_CUDA_CHECK(st, cudaStreamSynchronize(q));
+    // The offsets go up from pinned memory (the previous layer's copy is done: the counts
+    // readback above synchronised the stream), not from a stack array sized by the config.
+    int *offsets = p->counts_host + E;
+    for (int e = 0, acc = 0; e < E; acc += p->counts_host[e], e++) offsets[e] = acc;
+    SD_CUDA_CHECK(st, cudaMemcpyAsync(x->offsets, offsets, sizeof(int) * E, cudaMemcpyHostToDevice, q));
     TRY(sd_cuda_moe_prefill_scatter(x->sel, n, K, E, x->offsets, x->row_tok, x->inv, q, st));
-    TRY(sd_cuda_gather_rows(p->a, D, x->row_tok, n, D, x->xg, true, q, st));
-    TRY(sd_cuda_moe_grouped_gemm(SD_MOE_GROUPED_UP, table, x->tiles, x->n_tiles, max_tiles, x->xg, 2 * Ie, D, Ie, x->h1, q, st));
-    TRY(sd_cuda_swiglu_rows(x->h1, n, Ie, x->hb, true, q, st));
-    return sd_cuda_moe_grouped_gemm(SD_MOE_GROUPED_DOWN, table, x->tiles, x->n_tiles, max_tiles, x->hb, D, Ie, Ie, x->yexp, q,
-                                    st);
+    return sd_cuda_gather_rows(p->a, D, x->row_tok, n, D, x->xg, rows_bf16, q, st);
+}
+
+// The routed experts of a BF16 layer over the grouped rows (moe_grouped.h): [gate | up] of every
+// expert as one grouped cuBLAS call, bf16 out; one SwiGLU over all rows, bf16 in and out; down as
+// another grouped call, bf16 out (the combine reads it).
+static sd_code routed_experts_grouped(sd_prefill_scratch *p, sd_cuda_backend *b, const sd_config *c, int layer, int n,
+                                      sd_status *st) {
+    const int E = c->num_experts, D = c->hidden_size, Ie = c->moe_intermediate_size;
+    const sd_cuda_expert *table = p->experts_host + (size_t)(layer - c->first_k_dense_replace) * E;
+    sd_prefill_moe *x = &p->moe;
+    cudaStream_t q = b->stream;
+    TRY(sd_cuda_moe_grouped_plan(p->grouped, table, p->counts_host, E, D, Ie, x->xg, x->h1, x->hb, x->yexp, q, st));
+    TRY(sd_cuda_moe_grouped_gemm(p->grouped, SD_MOE_GROUPED_UP, q, st));
+    TRY(sd_cuda_swiglu_rows(x->h1, true, n, Ie, x->hb, true, q, st));
+    return sd_cuda_moe_grouped_gemm(p->grouped, SD_MOE_GROUPED_DOWN, q, st);
 }
 
 sd_code sd_prefill_moe_ffn(sd_cuda_backend *b, sd_prefill_scratch *p, const sd_model *m, int i, int C, sd_status *st) {
@@ -225,24 +238,14 @@ sd_code sd_prefill_moe_ffn(sd_cuda_backend *b, sd_prefill_scratch *p, const sd_m
     TRY(sd_cuda_moe_prefill_count(x->sel, n, E, x->counts, q, st));
     bool grouped = false;
     TRY(experts_bf16(w, c, i, &grouped, st));
+    TRY(group_rows(p, b, c, n, grouped, st));
     if (grouped) TRY(routed_experts_grouped(p, b, c, i, n, st));
-    else { // F32: the counts to the host (the GEMMs' sizes), the offsets back, the rows scattered
-        SD_CUDA_CHECK(st, cudaMemcpyAsync(p->counts_host, x->counts, sizeof(int) * E, cudaMemcpyDeviceToHost, q));
-        SD_CUDA_CHECK(st, cudaStreamSynchronize(q));
-        // The offsets go up from pinned memory (the previous layer's copy is done: the counts
-        // readback above synchronised the stream), not from a stack array sized by the config.
-        int *offsets = p->counts_host + E;
-        for (int e = 0, acc = 0; e < E; acc += p->counts_host[e], e++) offsets[e] = acc;
-        SD_CUDA_CHECK(st, cudaMemcpyAsync(x->offsets, offsets, sizeof(int) * E, cudaMemcpyHostToDevice, q));
-        TRY(sd_cuda_moe_prefill_scatter(x->sel, n, K, E, x->offsets, x->row_tok, x->inv, q, st));
-        TRY(sd_cuda_gather_rows(p->a, D, x->row_tok, n, D, x->xg, false, q, st));
-        TRY(routed_experts_f32(p, b, w, c, p->counts_host, st));
-    }
+    else TRY(routed_experts_f32(p, b, w, c, p->counts_host, st));
     const float *shared = NULL;
     if (c->num_shared_experts > 0) {
         TRY(swiglu_up(p, b, &w->shared, C, x->h1s, x->hbs, st));
         TRY(lin_act(p, b, &w->shared.down, x->hbs, w->shared.down.cols, C, x->shared, D, 0.0f, st));
         shared = x->shared;
     }
-    return sd_cuda_moe_prefill_combine(x->yexp, x->inv, x->w, shared, C, K, D, p->x, q, st);
+    return sd_cuda_moe_prefill_combine(x->yexp, grouped, x->inv, x->w, shared, C, K, D, p->x, q, st);
 }

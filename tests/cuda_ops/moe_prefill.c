@@ -169,36 +169,50 @@ void run_gather_rows(const op_case *c) {
     free(x); free(want); free(rows); free(want16); free(got);
 }
 
-// shape: n, I. h rows (2I: gate·x, then up·x); out f32 vs sd_silu(gate)·up (TOL_ELEM), bf16 the
-// f32 output rounded, bitwise, and vs the CPU (TOL_BF16); h untouched.
+// shape: n, I, h_bf16. h rows (2I: gate·x, then up·x; with h_bf16 stored as bf16, as the grouped
+// GEMM writes them); out f32 vs sd_silu(gate)·up of the values as stored (TOL_ELEM), bf16 the f32
+// output rounded, bitwise, and vs the CPU (TOL_BF16); h untouched.
 void run_swiglu_rows(const op_case *c) {
-    const int n = c->shape[0], I = c->shape[1];
+    const int n = c->shape[0], I = c->shape[1], h_bf16 = c->shape[2];
     const size_t nh = (size_t)n * 2 * I, no = (size_t)n * I;
     float *h = rand_host(nh, seed_of(0), 4.0f), *ref = xmalloc(sizeof(float) * no);
+    uint16_t *h16 = bf16_of(h, nh);
+    if (h_bf16)
+        for (size_t i = 0; i < nh; i++) h[i] = sd_bf16_to_f32(h16[i]);
     for (int r = 0; r < n; r++)
         for (int i = 0; i < I; i++) ref[(size_t)r * I + i] = sd_silu(h[(size_t)r * 2 * I + i]) * h[(size_t)r * 2 * I + I + i];
-    gbuf dh = gbuf_of(h, nh), o32 = gbuf_new(no), o16 = gbuf_halves(NULL, no);
-    OK(sd_cuda_swiglu_rows(dh.p, n, I, o32.p, false, 0, &st_));
-    OK(sd_cuda_swiglu_rows(dh.p, n, I, o16.p, true, 0, &st_));
-    float *got = gbuf_read(&o32, no), *h_back = gbuf_read(&dh, nh);
+    gbuf dh = h_bf16 ? gbuf_halves(h16, nh) : gbuf_of(h, nh), o32 = gbuf_new(no), o16 = gbuf_halves(NULL, no);
+    OK(sd_cuda_swiglu_rows(dh.p, h_bf16, n, I, o32.p, false, 0, &st_));
+    OK(sd_cuda_swiglu_rows(dh.p, h_bf16, n, I, o16.p, true, 0, &st_));
+    float *got = gbuf_read(&o32, no);
     compare(c, "out (f32)", got, ref, no);
     uint16_t *want16 = bf16_of(got, no), *got16 = read_halves(&o16, no);
     check_halves("out (bf16): the f32 output rounded", got16, want16, no);
     float *wide = widen_bf16(got16, no);
     check_close(TOL_BF16, "out (bf16) vs the CPU", wide, ref, no);
-    same_bits("h untouched", h_back, h, nh);
+    if (h_bf16) same_halves("h untouched", &dh, h16, nh);
+    else {
+        float *h_back = gbuf_read(&dh, nh);
+        same_bits("h untouched", h_back, h, nh);
+        free(h_back);
+    }
     gbuf *all[] = {&dh, &o32, &o16};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) gbuf_done(all[i], "swiglu buffer");
-    free(h); free(ref); free(got); free(h_back); free(want16); free(got16); free(wide);
+    free(h); free(h16); free(ref); free(got); free(want16); free(got16); free(wide);
 }
 
-// shape: T, K, D, shared. y: the T·K grouped rows, inv a random permutation (entry → row), w, x the
-// residual stream: x[t] += Σ_j w·y[inv] (+ shared[t]) vs the CPU's order (engine/cpu/moe.c: the slots
-// from j = 0, then the shared expert's row, then the residual add), bitwise — neither side contracts
-// a multiply-add (--fmad=false, -ffp-contract=off).
+// shape: T, K, D, shared, y_bf16. y: the T·K grouped rows (with y_bf16 stored as bf16, as the
+// grouped GEMM writes them), inv a random permutation (entry → row), w, x the residual stream:
+// x[t] += Σ_j w·y[inv] (+ shared[t]) over the y values as stored vs the CPU's order
+// (engine/cpu/moe.c: the slots from j = 0, then the shared expert's row, then the residual add),
+// bitwise — neither side contracts a multiply-add (--fmad=false, -ffp-contract=off).
 void run_moe_prefill_combine(const op_case *c) {
-    const int T = c->shape[0], K = c->shape[1], D = c->shape[2], with_shared = c->shape[3], n = T * K;
-    float *y = rand_host((size_t)n * D, seed_of(0), 1.0f), *w = rand_in((size_t)n, seed_of(1), 0.05f, 0.6f);
+    const int T = c->shape[0], K = c->shape[1], D = c->shape[2], with_shared = c->shape[3], y_bf16 = c->shape[4], n = T * K;
+    const size_t ny = (size_t)n * D;
+    float *y = rand_host(ny, seed_of(0), 1.0f), *w = rand_in((size_t)n, seed_of(1), 0.05f, 0.6f);
+    uint16_t *y16 = bf16_of(y, ny);
+    if (y_bf16)
+        for (size_t i = 0; i < ny; i++) y[i] = sd_bf16_to_f32(y16[i]);
     float *sh = rand_host((size_t)T * D, seed_of(2), 1.0f), *x = rand_host((size_t)T * D, seed_of(3), 1.0f);
     int *inv = xmalloc(sizeof(int) * n);
     uint64_t r = seed_of(4);
@@ -216,12 +230,12 @@ void run_moe_prefill_combine(const op_case *c) {
             if (with_shared) acc += sh[(size_t)t * D + i];
             ref[(size_t)t * D + i] += acc;
         }
-    gbuf dy = gbuf_of(y, (size_t)n * D), dinv = gbuf_of(inv, n), dw = gbuf_of(w, n), dsh = gbuf_of(sh, (size_t)T * D);
-    gbuf dx = gbuf_of(x, (size_t)T * D);
-    OK(sd_cuda_moe_prefill_combine(dy.p, IP(dinv), dw.p, with_shared ? dsh.p : NULL, T, K, D, dx.p, 0, &st_));
+    gbuf dy = y_bf16 ? gbuf_halves(y16, ny) : gbuf_of(y, ny), dinv = gbuf_of(inv, n), dw = gbuf_of(w, n);
+    gbuf dsh = gbuf_of(sh, (size_t)T * D), dx = gbuf_of(x, (size_t)T * D);
+    OK(sd_cuda_moe_prefill_combine(dy.p, y_bf16, IP(dinv), dw.p, with_shared ? dsh.p : NULL, T, K, D, dx.p, 0, &st_));
     float *got = gbuf_read(&dx, (size_t)T * D);
     compare(c, with_shared ? "x (+ the shared expert's rows)" : "x (no shared expert)", got, ref, (size_t)T * D);
     gbuf *all[] = {&dy, &dinv, &dw, &dsh, &dx};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) gbuf_done(all[i], "combine buffer");
-    free(y); free(w); free(sh); free(x); free(inv); free(ref); free(got);
+    free(y); free(y16); free(w); free(sh); free(x); free(inv); free(ref); free(got);
 }

@@ -117,11 +117,13 @@ static inline void rope_twin(float *x, int dr, int pos, double theta) {
 }
 
 // ---------------------------------------------------------------------------- bf16 operands (the prefill's files)
-// The prefill's kernels (kernels/gemm.h, kda_prefill.h, mla_prefill.h, moe_prefill.h) are never
-// bitwise the token path; their own tolerances (the reasons, once):
+// The prefill's kernels (kernels/gemm.h, kda_prefill.h, mla_prefill.h, moe_prefill.h,
+// moe_grouped.h) are never bitwise the token path; their own tolerances (the reasons, once):
 // TOL_BF16  one rounding to bf16 (nearest even) on the device side only — the staged GEMM
-//           activations, the flash's probabilities before P·V, a bf16 output: each value within
-//           2^-8 relative, so an elementwise output's NMSE < 2^-16 ≈ 1.5e-5; through a dot the errors
+//           activations, the flash's probabilities before P·V, a bf16 output (the grouped expert
+//           GEMMs': fp32 sums within TOL_MMA, then rounded): each value within 2^-8 relative, so an
+//           elementwise output's NMSE < 2^-16 ≈ 1.5e-5 (with TOL_MMA's sums under
+//           (2^-8 + 1e-4)² ≈ 1.6e-5); through a dot the errors
 //           average to ≈ 2e-6 for uniform values (every such case has >= 56 outputs, so the ratio of
 //           sums stays near its mean).
 // TOL_MMA   the same bf16 values on both sides, fp32 accumulation on the tensor cores in cuBLASLt's
