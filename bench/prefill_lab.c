@@ -261,64 +261,75 @@ static void lab_kda(void) {
 }
 
 // ---------------------------------------------------------------------------- mla
-typedef struct { const uint16_t *q, *k; float *lat; int T, pos0; } flash_ctx;
-enum { MH = 32, MR = 512, MDR = 64, MDN = 128 };
+typedef struct { const uint16_t *q, *k, *v; float *o; int T, pos0; } flash_ctx;
+enum { MH = 32, MDN = 128, MDR = 64, MDV = 128 };
 static void run_flash(void *ctx, cudaStream_t q) {
     flash_ctx *c = ctx;
-    SD_BENCH_OK(sd_cuda_mla_flash(c->q, c->k, c->T, MH, MR, MDR, c->pos0, 1.0f / sqrtf((float)(MDN + MDR)), c->lat, q, &st_));
+    SD_BENCH_OK(sd_cuda_mla_flash(c->q, c->k, c->v, c->T, MH, MDN, MDR, MDV, c->pos0, 1.0f / sqrtf((float)(MDN + MDR)), c->o,
+                                  q, &st_));
 }
-// Useful FLOPs of causal absorbed attention: per visible (query, key) pair and head, the score
-// (width) and the value sum (R), two FLOPs each.
+// Useful FLOPs of causal attention per head: per visible (query, key) pair, the score (dn + dr)
+// and the value sum (dv), two FLOPs each.
 static double flash_flops(int T, int pos0) {
-    return 2.0 * MH * ((double)T * pos0 + (double)T * (T + 1) / 2) * ((MR + MDR) + MR);
+    return 2.0 * MH * ((double)T * pos0 + (double)T * (T + 1) / 2) * ((MDN + MDR) + MDV);
+}
+// Packed random queries, keys and values of T queries over pos0 + T keys (every head).
+static flash_ctx flash_inputs(int T, int pos0, uint64_t seed) {
+    const int W = sd_mla_head_width(MDN, MDR), VW = sd_mla_value_width(MDV), nk = pos0 + T;
+    flash_ctx c = {.q = dev_alloc((size_t)T * MH * W * 2), .k = dev_alloc((size_t)nk * MH * W * 2),
+                   .v = dev_alloc((size_t)nk * MH * VW * 2), .o = dev_alloc(sizeof(float) * T * MH * MDV), .T = T, .pos0 = pos0};
+    SD_BENCH_OK(sd_cuda_synth_fill((void *)c.q, (int64_t)T * MH * W, true, seed, 41, 1.0f, 0.0f, 0, &st_));
+    SD_BENCH_OK(sd_cuda_synth_fill((void *)c.k, (int64_t)nk * MH * W, true, seed + 1, 42, 1.0f, 0.0f, 0, &st_));
+    SD_BENCH_OK(sd_cuda_synth_fill((void *)c.v, (int64_t)nk * MH * VW, true, seed + 2, 43, 1.0f, 0.0f, 0, &st_));
+    return c;
+}
+static void flash_free(flash_ctx *c) {
+    SD_BENCH_CK(cudaFree((void *)c->q)); SD_BENCH_CK(cudaFree((void *)c->k)); SD_BENCH_CK(cudaFree((void *)c->v));
+    SD_BENCH_CK(cudaFree(c->o));
 }
 
 static void lab_mla(void) {
-    const int W = sd_mla_packed_width(MR, MDR);
-    { // the check: 40 queries after 100 keys, against float64
-        const int T = 40, pos0 = 100, nq = T * MH, nk = pos0 + T;
-        uint16_t *qb = dev_alloc((size_t)nq * W * 2), *kb = dev_alloc((size_t)nk * W * 2);
-        SD_BENCH_OK(sd_cuda_synth_fill(qb, (int64_t)nq * W, true, 11, 41, 1.0f, 0.0f, 0, &st_));
-        SD_BENCH_OK(sd_cuda_synth_fill(kb, (int64_t)nk * W, true, 12, 42, 1.0f, 0.0f, 0, &st_));
-        flash_ctx c = {.q = qb, .k = kb, .lat = dev_alloc(sizeof(float) * nq * MR), .T = T, .pos0 = pos0};
+    const int W = sd_mla_head_width(MDN, MDR), VW = sd_mla_value_width(MDV);
+    { // the check: 40 queries after 100 keys, against float64 over the same bf16 values
+        const int T = 40, pos0 = 100, nk = pos0 + T;
+        flash_ctx c = flash_inputs(T, pos0, 11);
         run_flash(&c, 0);
-        uint16_t *qh = to_host(qb, (size_t)nq * W * 2), *kh = to_host(kb, (size_t)nk * W * 2);
-        float *got = to_host(c.lat, sizeof(float) * nq * MR), *ref = malloc(sizeof(float) * nq * MR);
-        double *p = malloc(sizeof(double) * nk), *acc = malloc(sizeof(double) * MR);
+        uint16_t *qh = to_host(c.q, (size_t)T * MH * W * 2), *kh = to_host(c.k, (size_t)nk * MH * W * 2);
+        uint16_t *vh = to_host(c.v, (size_t)nk * MH * VW * 2);
+        float *got = to_host(c.o, sizeof(float) * T * MH * MDV), *ref = malloc(sizeof(float) * T * MH * MDV);
+        double *p = malloc(sizeof(double) * nk), *acc = malloc(sizeof(double) * MDV);
         const double scale = 1.0 / sqrt((double)(MDN + MDR));
-        for (int r = 0; r < nq; r++) {
-            const int lim = pos0 + r / MH;
+        for (int r = 0; r < T * MH; r++) { // r = t·MH + h: the query row, and the output's
+            const int lim = pos0 + r / MH, h = r % MH;
             double mx = -INFINITY, sum = 0;
             for (int j = 0; j <= lim; j++) {
                 double s = 0;
-                for (int i = 0; i < W; i++) s += (double)sd_bf16_to_f32(qh[(size_t)r * W + i]) * sd_bf16_to_f32(kh[(size_t)j * W + i]);
+                for (int i = 0; i < W; i++)
+                    s += (double)sd_bf16_to_f32(qh[(size_t)r * W + i]) * sd_bf16_to_f32(kh[((size_t)j * MH + h) * W + i]);
                 p[j] = s * scale;
                 mx = p[j] > mx ? p[j] : mx;
             }
-            for (int v = 0; v < MR; v++) acc[v] = 0;
+            for (int v = 0; v < MDV; v++) acc[v] = 0;
             for (int j = 0; j <= lim; j++) {
                 p[j] = exp(p[j] - mx);
                 sum += p[j];
-                for (int v = 0; v < MR; v++) acc[v] += p[j] * sd_bf16_to_f32(kh[(size_t)j * W + v]);
+                for (int v = 0; v < MDV; v++) acc[v] += p[j] * sd_bf16_to_f32(vh[((size_t)j * MH + h) * VW + v]);
             }
-            for (int v = 0; v < MR; v++) ref[(size_t)r * MR + v] = (float)(acc[v] / sum);
+            for (int v = 0; v < MDV; v++) ref[(size_t)r * MDV + v] = (float)(acc[v] / sum);
         }
-        add_row("mla", "flash vs float64", rel_err(got, ref, (size_t)nq * MR), 5e-3, -1, 0, "");
-        free(qh); free(kh); free(got); free(ref); free(p); free(acc);
-        SD_BENCH_CK(cudaFree(qb)); SD_BENCH_CK(cudaFree(kb)); SD_BENCH_CK(cudaFree(c.lat));
+        add_row("mla", "flash vs float64", rel_err(got, ref, (size_t)T * MH * MDV), 5e-3, -1, 0, "");
+        free(qh); free(kh); free(vh); free(got); free(ref); free(p); free(acc);
+        flash_free(&c);
     }
     static const int POS0[] = {0, 28672};
     for (int i = 0; i < 2; i++) { // 4096 queries over 4096 and over 32768 keys
-        const int T = 4096, pos0 = POS0[i], nk = pos0 + T;
-        uint16_t *qb = dev_alloc((size_t)T * MH * W * 2), *kb = dev_alloc((size_t)nk * W * 2);
-        SD_BENCH_OK(sd_cuda_synth_fill(qb, (int64_t)T * MH * W, true, 13, 43, 1.0f, 0.0f, 0, &st_));
-        SD_BENCH_OK(sd_cuda_synth_fill(kb, (int64_t)nk * W, true, 14, 44, 1.0f, 0.0f, 0, &st_));
-        flash_ctx c = {.q = qb, .k = kb, .lat = dev_alloc(sizeof(float) * T * MH * MR), .T = T, .pos0 = pos0};
+        const int T = 4096, pos0 = POS0[i];
+        flash_ctx c = flash_inputs(T, pos0, 13);
         const double ms = sd_bench_time_ms(run_flash, &c, 0, 3);
         char name[64];
-        snprintf(name, sizeof name, "flash T=4096 keys=%d", nk);
+        snprintf(name, sizeof name, "flash T=4096 keys=%d", pos0 + T);
         add_row("mla", name, -1, 0, ms, flash_flops(T, pos0) / (ms * 1e-3) / 1e12, "TFLOP/s");
-        SD_BENCH_CK(cudaFree(qb)); SD_BENCH_CK(cudaFree(kb)); SD_BENCH_CK(cudaFree(c.lat));
+        flash_free(&c);
     }
 }
 

@@ -9,7 +9,7 @@
 #include "check.h"          // SD_CUDA_CHECK
 #include "cuda_internal.h"  // sd_cuda_state_is_ours
 #include "kda_prefill.h"    // sd_cuda_kda_chunk_work_floats
-#include "mla_prefill.h"    // sd_mla_packed_width
+#include "mla_prefill.h"    // sd_mla_head_width, sd_mla_value_width
 #include "prefill_internal.h"
 #include "route.h"          // sd_route_margin
 #include "rows.h"           // sd_cuda_embed, sd_cuda_rmsnorm
@@ -36,7 +36,7 @@ static size_t max_z(size_t a, size_t b) { return a > b ? a : b; }
 
 static void layout(sd_prefill_scratch *p, const sd_config *c, bump *b) {
     const size_t C = (size_t)p->chunk, D = c->hidden_size, V = c->vocab_size, H = c->kda_num_heads, d = c->kda_head_dim;
-    const size_t P = H * d, Hm = c->num_attention_heads, R = c->kv_lora_rank;
+    const size_t P = H * d, Hm = c->num_attention_heads, dn = c->qk_nope_head_dim;
     const size_t dr = c->qk_rope_head_dim, dv = c->v_head_dim, E = c->num_experts, K = c->num_experts_per_token;
     const size_t Ie = c->moe_intermediate_size, S = c->num_shared_experts, I = c->intermediate_size, CK = C * K;
     p->x = TF(b, C * D);
@@ -59,8 +59,8 @@ static void layout(sd_prefill_scratch *p, const sd_config *c, bump *b) {
     bump a = {b->base, region}; // MLA
     sd_prefill_mla *y = &p->mla;
     y->qm = TF(&a, C * (size_t)sd_prefill_mla_ld(c));
-    y->qabs = TF(&a, C * Hm * R); y->lat = TF(&a, C * Hm * R); y->mo = TF(&a, C * Hm * dv);
-    y->qpack = take(&a, sizeof(uint16_t) * C * Hm * (size_t)sd_mla_packed_width((int)R, (int)dr));
+    y->kvb = TF(&a, C * Hm * (dn + dv)); y->mo = TF(&a, C * Hm * dv);
+    y->qpack = take(&a, sizeof(uint16_t) * C * Hm * (size_t)sd_mla_head_width((int)dn, (int)dr));
     end = max_z(end, a.used);
 
     bump m = {b->base, region}; // MoE
@@ -79,13 +79,12 @@ static void layout(sd_prefill_scratch *p, const sd_config *c, bump *b) {
 }
 
 // The widest f32 activations a GEMM stages to bf16, per token: the normed input and head rows (D),
-// the gates' low-rank halves (d), the MLA absorption's [q | kv_a] rows, latents and head outputs.
+// the gates' low-rank halves (d), the MLA's [q | kv_a] rows, latents (R) and head outputs.
 static size_t stage_elems(const sd_config *c, int chunk) {
-    const size_t Hm = c->num_attention_heads, R = c->kv_lora_rank;
     size_t w = max_z((size_t)c->hidden_size, (size_t)c->kda_head_dim);
     w = max_z(w, (size_t)sd_prefill_mla_ld(c));
-    w = max_z(w, Hm * R);
-    w = max_z(w, Hm * c->v_head_dim);
+    w = max_z(w, (size_t)c->kv_lora_rank);
+    w = max_z(w, (size_t)c->num_attention_heads * c->v_head_dim);
     return (size_t)chunk * ((w + 7) / 8 * 8); // each staged row rounded up to 8 elements
 }
 
@@ -96,6 +95,7 @@ void sd_prefill_free(sd_prefill_scratch *p) {
     free(p->experts_host);
     cudaFree(p->arena);
     cudaFree(p->kpack);
+    cudaFree(p->vpack);
     cudaFreeHost(p->counts_host);
     const int chunk = p->chunk;
     memset(p, 0, sizeof *p);
@@ -180,7 +180,9 @@ size_t sd_cuda_prefill_scratch_bytes(const sd_model *m) {
     const sd_prefill_scratch *p = b->prefill;
     const sd_config *c = &m->cfg;
     return p->arena_bytes + stage_elems(c, p->chunk) * sizeof(uint16_t) +
-           (size_t)p->kpack_rows * sd_mla_packed_width(c->kv_lora_rank, c->qk_rope_head_dim) * sizeof(uint16_t);
+           (size_t)p->kv_rows * c->num_attention_heads *
+               (sd_mla_head_width(c->qk_nope_head_dim, c->qk_rope_head_dim) + sd_mla_value_width(c->v_head_dim)) *
+               sizeof(uint16_t);
 }
 
 // ---------------------------------------------------------------------------- a piece

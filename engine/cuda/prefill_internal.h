@@ -22,9 +22,9 @@ typedef struct {
 
 typedef struct {
     float *qm;               // (C, sd_prefill_mla_ld): [q (Hm·(dn+dr)) | kv_a (R + dr)] per row
-    float *qabs, *lat;       // (C, Hm, R) absorbed queries, attention outputs (latent)
-    float *mo;               // (C, Hm·dv)
-    uint16_t *qpack;         // (C·Hm, packed width) bf16 queries
+    float *kvb;              // (C, Hm·(dn+dv)) a block of cache rows' keys and values, c · kv_bᵀ
+    float *mo;               // (C, Hm·dv) the heads' attention outputs
+    uint16_t *qpack;         // (C·Hm, head width) bf16 queries
 } sd_prefill_mla;
 
 typedef struct {
@@ -64,8 +64,8 @@ typedef struct sd_prefill_scratch {
     sd_prefill_mla mla;
     sd_prefill_moe moe;
     sd_prefill_dense dense;
-    uint16_t *kpack;         // (kpack_rows, packed width) bf16 keys of an MLA layer, grown to a state's capacity
-    int kpack_rows;
+    uint16_t *kpack, *vpack; // (kv_rows·Hm, head width), (kv_rows·Hm, value width) bf16 keys and values of an MLA
+    int kv_rows;             // layer's cache rows, grown to a state's capacity
     int *counts_host;        // (2, E) pinned: a MoE layer's expert counts read back, then their offsets
 } sd_prefill_scratch;
 

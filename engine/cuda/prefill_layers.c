@@ -8,7 +8,7 @@
 #include <string.h>
 #include "check.h"          // SD_CUDA_CHECK
 #include "kda_prefill.h"    // sd_cuda_kda_prefill_conv, _ring, sd_cuda_kda_chunk, sd_cuda_kda_prefill_out
-#include "mla_prefill.h"    // sd_cuda_mla_prefill_cache, _pack_*, sd_cuda_mla_flash
+#include "mla_prefill.h"    // sd_cuda_mla_prefill_cache, _pack_*, sd_cuda_mla_flash, sd_mla_*_width
 #include "moe_grouped.h"    // sd_cuda_moe_grouped_plan, sd_cuda_moe_grouped_gemm
 #include "moe_prefill.h"    // sd_cuda_moe_prefill_*, sd_cuda_gather_rows, sd_cuda_swiglu_rows
 #include "prefill_internal.h"
@@ -86,46 +86,42 @@ sd_code sd_prefill_kda_mixer(sd_cuda_backend *b, sd_prefill_scratch *p, const sd
 }
 
 // ---------------------------------------------------------------------------- MLA
-// Rows of one MLA layer's packed keys for `rows` cache rows (grown once to the largest need).
-static sd_code ensure_kpack(sd_prefill_scratch *p, int rows, int width, sd_status *st) {
-    if (rows <= p->kpack_rows) return SD_OK;
+// The bf16 keys and values of `rows` cache rows (every head), grown to a state's capacity.
+static sd_code ensure_kv(sd_prefill_scratch *p, int rows, size_t key_elems, size_t value_elems, sd_status *st) {
+    if (rows <= p->kv_rows) return SD_OK;
     cudaFree(p->kpack);
-    p->kpack = NULL;
-    p->kpack_rows = 0;
-    SD_CUDA_CHECK(st, cudaMalloc((void **)&p->kpack, (size_t)rows * width * sizeof(uint16_t)));
-    p->kpack_rows = rows;
+    cudaFree(p->vpack);
+    p->kpack = p->vpack = NULL;
+    p->kv_rows = 0;
+    SD_CUDA_CHECK(st, cudaMalloc((void **)&p->kpack, (size_t)rows * key_elems * sizeof(uint16_t)));
+    SD_CUDA_CHECK(st, cudaMalloc((void **)&p->vpack, (size_t)rows * value_elems * sizeof(uint16_t)));
+    p->kv_rows = rows;
     return SD_OK;
 }
 
+// The expanded form (mla_prefill.h): every cache row's per-head keys and values from its latent
+// through kv_b, in blocks of C rows, then each head's flash attention over them.
 sd_code sd_prefill_mla_mixer(sd_cuda_backend *b, sd_prefill_scratch *p, const sd_model *m, sd_state *s, int i, int C,
                              sd_status *st) {
     const sd_config *c = &m->cfg;
     const sd_mla_weights *w = &m->w.layers[i].mla;
     const int Hm = c->num_attention_heads, R = c->kv_lora_rank, dn = c->qk_nope_head_dim, dr = c->qk_rope_head_dim;
-    const int dv = c->v_head_dim, Nq = Hm * (dn + dr), ldm = sd_prefill_mla_ld(c), pos0 = s->len;
-    const int width = sd_mla_packed_width(R, dr);
+    const int dv = c->v_head_dim, Nq = Hm * (dn + dr), ldm = sd_prefill_mla_ld(c), pos0 = s->len, n = pos0 + C;
     sd_prefill_mla *x = &p->mla;
     sd_mla_state *cache = &s->mla[i];
     cudaStream_t q = b->stream;
     TRY(lin_pair(p, b, &w->q, &w->kv_a, C, x->qm, ldm, st));
     TRY(sd_cuda_mla_prefill_cache(x->qm + Nq, ldm, w->kv_a_norm, c->rms_norm_eps, !c->mla_use_nope, c->rope_theta, pos0, C,
                                   Hm, dn, dr, R, x->qm, ldm, cache->c, cache->kpe, q, st));
-    // q̃_h = qn_h · W_UK,h for every head: W_UK,h is rows h·(dn+dv) .. +dn of kv_b, stored [dn, R].
-    const long long head_w = (long long)(dn + dv) * R;
-    const sd_gemm_args absorb = {.w = w->kv_b.data, .w_dtype = w->kv_b.dtype, .ldw = R, .op = SD_GEMM_WN, .x = x->qm,
-                                 .x_dtype = SD_DT_F32, .ldx = ldm, .y = x->qabs, .ldy = Hm * R, .M = C, .N = R, .K = dn,
-                                 .batch = Hm, .stride_w = head_w, .stride_x = dn + dr, .stride_y = R};
-    TRY(sd_gemm_run(p->gemm, &absorb, q, st));
-    TRY(sd_cuda_mla_pack_queries(x->qabs, x->qm, ldm, C, Hm, dn, dr, R, x->qpack, q, st));
-    TRY(ensure_kpack(p, s->capacity, width, st));
-    TRY(sd_cuda_mla_pack_keys(cache->c, cache->kpe, pos0 + C, R, dr, p->kpack, q, st));
-    TRY(sd_cuda_mla_flash(x->qpack, p->kpack, C, Hm, R, dr, pos0, 1.0f / sqrtf((float)(dn + dr)), x->lat, q, st));
-    // o_h = W_UV,h · lat_h: W_UV,h is the next dv rows of kv_b, stored [dv, R].
-    const sd_gemm_args uv = {.w = (const char *)w->kv_b.data + (size_t)dn * R * esize(&w->kv_b), .w_dtype = w->kv_b.dtype,
-                             .ldw = R, .op = SD_GEMM_WT, .x = x->lat, .x_dtype = SD_DT_F32, .ldx = Hm * R, .y = x->mo,
-                             .ldy = Hm * dv, .M = C, .N = dv, .K = R, .batch = Hm, .stride_w = head_w, .stride_x = R,
-                             .stride_y = dv};
-    TRY(sd_gemm_run(p->gemm, &uv, q, st));
+    TRY(sd_cuda_mla_pack_queries(x->qm, ldm, C, Hm, dn, dr, x->qpack, q, st));
+    TRY(ensure_kv(p, s->capacity, (size_t)Hm * sd_mla_head_width(dn, dr), (size_t)Hm * sd_mla_value_width(dv), st));
+    for (int j0 = 0; j0 < n; j0 += C) {
+        const int rows = n - j0 < C ? n - j0 : C;
+        TRY(sd_gemm_linear(p->gemm, &w->kv_b, cache->c + (size_t)j0 * R, R, rows, x->kvb, Hm * (dn + dv), 0.0f, q, st));
+        TRY(sd_cuda_mla_pack_kv(x->kvb, cache->kpe, j0, rows, Hm, dn, dr, dv, p->kpack, p->vpack, q, st));
+    }
+    TRY(sd_cuda_mla_flash(x->qpack, p->kpack, p->vpack, C, Hm, dn, dr, dv, pos0, 1.0f / sqrtf((float)(dn + dr)), x->mo, q,
+                          st));
     return sd_gemm_linear(p->gemm, &w->o, x->mo, Hm * dv, C, p->x, c->hidden_size, 1.0f, q, st);
 }
 

@@ -1,7 +1,7 @@
 // mla_prefill.c — the op table's MLA prefill cases (kernels/mla_prefill.h): the cache write, the
-// packing to bf16, the flash attention over the packed rows.
+// packing to bf16, the flash attention of each head over its packed keys and values.
 #include "op_cases.h"
-#include "mla_prefill.h" // sd_cuda_mla_prefill_cache, _pack_keys, _pack_queries, _flash
+#include "mla_prefill.h" // sd_cuda_mla_prefill_cache, _pack_queries, _pack_kv, _flash, sd_mla_*_width
 #include "ops.h"         // sd_rmsnorm (CPU)
 #include "rows.h"        // sd_cuda_rmsnorm
 
@@ -81,76 +81,95 @@ void run_mla_prefill_cache(const op_case *c) {
     free(got_m); free(got_c); free(got_k); free(norm); free(c_rest);
 }
 
-// shape: T, Hm, dn, dr, R, pos0, mqpad. The keys of pos0 + T cache rows and the T·Hm queries (q̃ from
-// qabs, the rope part from mq rows of Hm·(dn+dr) + mqpad) packed to sd_mla_packed_width (R + dr up to
-// a multiple of 16): bitwise vs the host's rounding, zeros past R + dr, nothing past the rows.
+// shape: T, Hm, dn, dr, dv, j0, n, mqpad. The T·Hm queries (each head's [qn | rotated rope part]
+// from mq rows of Hm·(dn+dr) + mqpad) packed to sd_mla_head_width; the keys and values of cache
+// rows j0 .. j0+n−1 from kvb rows of Hm·(dn+dv) and the rope keys, packed to the head and value
+// widths: bitwise vs the host's rounding, zeros past each part, the rows before j0 untouched.
 void run_mla_pack(const op_case *c) {
-    const int T = c->shape[0], Hm = c->shape[1], dn = c->shape[2], dr = c->shape[3], R = c->shape[4], pos0 = c->shape[5];
-    const int ld_mq = Hm * (dn + dr) + c->shape[6], W = sd_mla_packed_width(R, dr), n = pos0 + T, nq = T * Hm;
-    cr_assert_eq(W, (R + dr + 15) / 16 * 16, "%s: packed width %d", LABEL, W);
-    float *cc = rand_host((size_t)n * R, seed_of(0), 1.0f), *kpe = rand_host((size_t)n * dr, seed_of(1), 1.0f);
-    float *qabs = rand_host((size_t)nq * R, seed_of(2), 3.0f), *mq = rand_host((size_t)T * ld_mq, seed_of(3), 1.0f);
-    uint16_t *wk = xmalloc(2 * (size_t)n * W), *wq = xmalloc(2 * (size_t)nq * W);
-    for (int j = 0; j < n; j++)
+    const int T = c->shape[0], Hm = c->shape[1], dn = c->shape[2], dr = c->shape[3], dv = c->shape[4], j0 = c->shape[5];
+    const int n = c->shape[6], ld_mq = Hm * (dn + dr) + c->shape[7], rows = j0 + n;
+    const int W = sd_mla_head_width(dn, dr), VW = sd_mla_value_width(dv), nq = T * Hm;
+    cr_assert_eq(W, (dn + dr + 15) / 16 * 16, "%s: head width %d", LABEL, W);
+    cr_assert(VW >= dv && VW >= 8 && (VW & (VW - 1)) == 0 && VW < 2 * dv + 8, "%s: value width %d for %d", LABEL, VW, dv);
+    float *mq = rand_host((size_t)T * ld_mq, seed_of(0), 1.0f), *kvb = rand_host((size_t)n * Hm * (dn + dv), seed_of(1), 2.0f);
+    float *kpe = rand_host((size_t)rows * dr, seed_of(2), 1.0f);
+    uint16_t *wq = xmalloc(2 * (size_t)nq * W), *wk = xmalloc(2 * (size_t)rows * Hm * W), *wv = xmalloc(2 * (size_t)rows * Hm * VW);
+    for (int r = 0; r < nq; r++)
         for (int col = 0; col < W; col++)
-            wk[(size_t)j * W + col] = sd_f32_to_bf16(col < R ? cc[(size_t)j * R + col] : col < R + dr ? kpe[(size_t)j * dr + col - R] : 0.0f);
-    for (int r = 0; r < nq; r++) {
-        const float *rope_part = mq + (size_t)(r / Hm) * ld_mq + (size_t)(r % Hm) * (dn + dr) + dn;
-        for (int col = 0; col < W; col++)
-            wq[(size_t)r * W + col] = sd_f32_to_bf16(col < R ? qabs[(size_t)r * R + col] : col < R + dr ? rope_part[col - R] : 0.0f);
-    }
-    gbuf dc = gbuf_of(cc, (size_t)n * R), dkpe = gbuf_of(kpe, (size_t)n * dr), dqa = gbuf_of(qabs, (size_t)nq * R);
-    gbuf dmq = gbuf_of(mq, (size_t)T * ld_mq), dkp = gbuf_halves(NULL, (size_t)n * W), dqp = gbuf_halves(NULL, (size_t)nq * W);
-    OK(sd_cuda_mla_pack_keys(dc.p, dkpe.p, n, R, dr, (uint16_t *)dkp.p, 0, &st_));
-    OK(sd_cuda_mla_pack_queries(dqa.p, dmq.p, ld_mq, T, Hm, dn, dr, R, (uint16_t *)dqp.p, 0, &st_));
-    same_halves(fmt("packed keys (%d rows of %d)", n, W), &dkp, wk, (size_t)n * W);
+            wq[(size_t)r * W + col] =
+                sd_f32_to_bf16(col < dn + dr ? mq[(size_t)(r / Hm) * ld_mq + (size_t)(r % Hm) * (dn + dr) + col] : 0.0f);
+    for (size_t e = 0; e < (size_t)j0 * Hm * W; e++) wk[e] = e & 1 ? 0x7fa5u : 0xa5a5u; // the sentinel's halves
+    for (size_t e = 0; e < (size_t)j0 * Hm * VW; e++) wv[e] = e & 1 ? 0x7fa5u : 0xa5a5u;
+    for (int j = j0; j < rows; j++)
+        for (int h = 0; h < Hm; h++) {
+            const float *src = kvb + ((size_t)(j - j0) * Hm + h) * (dn + dv);
+            const size_t r = (size_t)j * Hm + h;
+            for (int col = 0; col < W; col++)
+                wk[r * W + col] = sd_f32_to_bf16(col < dn ? src[col] : col < dn + dr ? kpe[(size_t)j * dr + col - dn] : 0.0f);
+            for (int col = 0; col < VW; col++) wv[r * VW + col] = sd_f32_to_bf16(col < dv ? src[dn + col] : 0.0f);
+        }
+    gbuf dmq = gbuf_of(mq, (size_t)T * ld_mq), dkvb = gbuf_of(kvb, (size_t)n * Hm * (dn + dv)), dkpe = gbuf_of(kpe, (size_t)rows * dr);
+    gbuf dqp = gbuf_halves(NULL, (size_t)nq * W), dkp = gbuf_halves(NULL, (size_t)rows * Hm * W);
+    gbuf dvp = gbuf_halves(NULL, (size_t)rows * Hm * VW);
+    OK(sd_cuda_mla_pack_queries(dmq.p, ld_mq, T, Hm, dn, dr, (uint16_t *)dqp.p, 0, &st_));
+    OK(sd_cuda_mla_pack_kv(dkvb.p, dkpe.p, j0, n, Hm, dn, dr, dv, (uint16_t *)dkp.p, (uint16_t *)dvp.p, 0, &st_));
     same_halves(fmt("packed queries (%d rows of %d)", nq, W), &dqp, wq, (size_t)nq * W);
-    gbuf *all[] = {&dc, &dkpe, &dqa, &dmq, &dkp, &dqp};
+    same_halves(fmt("packed keys (%d rows of %d)", rows * Hm, W), &dkp, wk, (size_t)rows * Hm * W);
+    same_halves(fmt("packed values (%d rows of %d)", rows * Hm, VW), &dvp, wv, (size_t)rows * Hm * VW);
+    gbuf *all[] = {&dmq, &dkvb, &dkpe, &dqp, &dkp, &dvp};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) gbuf_done(all[i], "pack buffer");
-    free(cc); free(kpe); free(qabs); free(mq); free(wk); free(wq);
+    free(mq); free(kvb); free(kpe); free(wq); free(wk); free(wv);
 }
 
-// shape: T, Hm, R, dr, pos0, dn (the scale (dn + dr)^-½). Packed bf16 rows of random values (zeros
-// past R + dr, as the packing leaves them), 64 rows of NaN past the last key and the last query,
-// which the kernel must never read: lat vs the float64 causal softmax over the same bf16 values
-// (TOL_BF16: the probabilities enter P·V rounded to bf16); the same call again, the same bits.
+// shape: T, Hm, dn, dr, dv, pos0. Packed bf16 rows of random values (zeros past each part, as the
+// packing leaves them), 64 rows of NaN past the last key, value and query, which the kernel must
+// never read: o vs the float64 causal softmax over the same bf16 values (TOL_BF16: the
+// probabilities enter P·V rounded to bf16); the same call again, the same bits.
 void run_mla_flash(const op_case *c) {
-    const int T = c->shape[0], Hm = c->shape[1], R = c->shape[2], dr = c->shape[3], pos0 = c->shape[4], dn = c->shape[5];
-    const int W = sd_mla_packed_width(R, dr), nq = T * Hm, nk = pos0 + T, junk = 64;
+    const int T = c->shape[0], Hm = c->shape[1], dn = c->shape[2], dr = c->shape[3], dv = c->shape[4], pos0 = c->shape[5];
+    const int W = sd_mla_head_width(dn, dr), VW = sd_mla_value_width(dv), nk = pos0 + T, junk = 64;
     const float scale = 1.0f / sqrtf((float)(dn + dr));
-    const size_t aq = (size_t)(nq + junk) * W, ak = (size_t)(nk + junk) * W, nl = (size_t)nq * R;
-    float *qf = rand_host(aq, seed_of(0), 1.0f), *kf = rand_host(ak, seed_of(1), 1.0f);
-    uint16_t *qb = xmalloc(2 * aq), *kb = xmalloc(2 * ak);
-    for (size_t i = 0; i < aq; i++) qb[i] = i >= (size_t)nq * W ? 0x7fc0u : (int)(i % W) < R + dr ? sd_f32_to_bf16(qf[i]) : 0;
-    for (size_t i = 0; i < ak; i++) kb[i] = i >= (size_t)nk * W ? 0x7fc0u : (int)(i % W) < R + dr ? sd_f32_to_bf16(kf[i]) : 0;
-    float *ref = xmalloc(sizeof(float) * nl);
-    double *p = xmalloc(sizeof(double) * nk), *acc = xmalloc(sizeof(double) * R);
-    for (int r = 0; r < nq; r++) {
-        const int lim = pos0 + r / Hm;
-        double mx = -INFINITY, sum = 0;
-        for (int j = 0; j <= lim; j++) {
-            double s = 0;
-            for (int i = 0; i < R + dr; i++) s += (double)sd_bf16_to_f32(qb[(size_t)r * W + i]) * sd_bf16_to_f32(kb[(size_t)j * W + i]);
-            p[j] = s * scale;
-            if (p[j] > mx) mx = p[j];
+    const size_t aq = (size_t)(T * Hm + junk) * W, ak = (size_t)(nk * Hm + junk) * W, av = (size_t)(nk * Hm + junk) * VW;
+    const size_t no = (size_t)T * Hm * dv;
+    float *qf = rand_host(aq, seed_of(0), 1.0f), *kf = rand_host(ak, seed_of(1), 1.0f), *vf = rand_host(av, seed_of(2), 1.0f);
+    uint16_t *qb = xmalloc(2 * aq), *kb = xmalloc(2 * ak), *vb = xmalloc(2 * av);
+    for (size_t i = 0; i < aq; i++) qb[i] = i >= (size_t)T * Hm * W ? 0x7fc0u : (int)(i % W) < dn + dr ? sd_f32_to_bf16(qf[i]) : 0;
+    for (size_t i = 0; i < ak; i++) kb[i] = i >= (size_t)nk * Hm * W ? 0x7fc0u : (int)(i % W) < dn + dr ? sd_f32_to_bf16(kf[i]) : 0;
+    for (size_t i = 0; i < av; i++) vb[i] = i >= (size_t)nk * Hm * VW ? 0x7fc0u : (int)(i % VW) < dv ? sd_f32_to_bf16(vf[i]) : 0;
+    float *ref = xmalloc(sizeof(float) * no);
+    double *p = xmalloc(sizeof(double) * nk), *acc = xmalloc(sizeof(double) * dv);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < Hm; h++) {
+            const int lim = pos0 + t;
+            const uint16_t *q = qb + ((size_t)t * Hm + h) * W;
+            double mx = -INFINITY, sum = 0;
+            for (int j = 0; j <= lim; j++) {
+                const uint16_t *k = kb + ((size_t)j * Hm + h) * W;
+                double s = 0;
+                for (int i = 0; i < dn + dr; i++) s += (double)sd_bf16_to_f32(q[i]) * sd_bf16_to_f32(k[i]);
+                p[j] = s * scale;
+                if (p[j] > mx) mx = p[j];
+            }
+            for (int v = 0; v < dv; v++) acc[v] = 0;
+            for (int j = 0; j <= lim; j++) {
+                const uint16_t *vr = vb + ((size_t)j * Hm + h) * VW;
+                p[j] = exp(p[j] - mx);
+                sum += p[j];
+                for (int v = 0; v < dv; v++) acc[v] += p[j] * sd_bf16_to_f32(vr[v]);
+            }
+            for (int v = 0; v < dv; v++) ref[((size_t)t * Hm + h) * dv + v] = (float)(acc[v] / sum);
         }
-        for (int v = 0; v < R; v++) acc[v] = 0;
-        for (int j = 0; j <= lim; j++) {
-            p[j] = exp(p[j] - mx);
-            sum += p[j];
-            for (int v = 0; v < R; v++) acc[v] += p[j] * sd_bf16_to_f32(kb[(size_t)j * W + v]);
-        }
-        for (int v = 0; v < R; v++) ref[(size_t)r * R + v] = (float)(acc[v] / sum);
-    }
-    gbuf dq = gbuf_halves(qb, aq), dk = gbuf_halves(kb, ak), dl = gbuf_new(nl);
-    OK(sd_cuda_mla_flash((const uint16_t *)dq.p, (const uint16_t *)dk.p, T, Hm, R, dr, pos0, scale, dl.p, 0, &st_));
-    float *got = gbuf_read(&dl, nl);
-    compare(c, "lat", got, ref, nl);
-    OK(sd_cuda_mla_flash((const uint16_t *)dq.p, (const uint16_t *)dk.p, T, Hm, R, dr, pos0, scale, dl.p, 0, &st_));
-    float *again = gbuf_read(&dl, nl);
-    same_bits("lat: the same call again", again, got, nl);
+    gbuf dq = gbuf_halves(qb, aq), dk = gbuf_halves(kb, ak), dvv = gbuf_halves(vb, av), dout = gbuf_new(no);
+    const uint16_t *q16 = (const uint16_t *)dq.p, *k16 = (const uint16_t *)dk.p, *v16 = (const uint16_t *)dvv.p;
+    OK(sd_cuda_mla_flash(q16, k16, v16, T, Hm, dn, dr, dv, pos0, scale, dout.p, 0, &st_));
+    float *got = gbuf_read(&dout, no);
+    compare(c, "o", got, ref, no);
+    OK(sd_cuda_mla_flash(q16, k16, v16, T, Hm, dn, dr, dv, pos0, scale, dout.p, 0, &st_));
+    float *again = gbuf_read(&dout, no);
+    same_bits("o: the same call again", again, got, no);
     gbuf_done(&dq, "packed queries");
     gbuf_done(&dk, "packed keys");
-    gbuf_done(&dl, "lat");
-    free(qf); free(kf); free(qb); free(kb); free(ref); free(p); free(acc); free(got); free(again);
+    gbuf_done(&dvv, "packed values");
+    gbuf_done(&dout, "o");
+    free(qf); free(kf); free(vf); free(qb); free(kb); free(vb); free(ref); free(p); free(acc); free(got); free(again);
 }
