@@ -97,45 +97,72 @@ extern "C" sd_code sd_cuda_moe_prefill_select(const float *logits, const float *
 }
 
 // ---------------------------------------------------------------------------- grouping
-static __global__ void __launch_bounds__(WARPS * 32) count_kernel(const int *__restrict__ sel, int n, int E, int *counts) {
-    const int e = blockIdx.x * WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    if (e >= E) return;
-    int cnt = 0;
-    for (int base = 0; base < n; base += 32) {
-        const int i = base + lane;
-        cnt += __popc(__ballot_sync(0xffffffffu, i < n && sel[i] == e));
+// The entries in segments of SEG, a block a segment. Counting is a histogram per segment in shared
+// memory, added to counts with integer atomics (exact in any order). The scatter's block s counts
+// the entries of the segments before it per expert (its row base past offsets), then one warp walks
+// its own segment in entry order, 32 entries a step: lanes that chose the same expert
+// (__match_any_sync) take consecutive rows by lane — so a row's place never depends on timing.
+#define SEG 512
+#define GROUP_THREADS 256
+
+static __global__ void __launch_bounds__(GROUP_THREADS) count_kernel(const int *__restrict__ sel, int n, int E, int *counts) {
+    extern __shared__ int hist[];
+    for (int e = threadIdx.x; e < E; e += GROUP_THREADS) hist[e] = 0;
+    __syncthreads();
+    const int i0 = blockIdx.x * SEG, i1 = n - i0 < SEG ? n : i0 + SEG;
+    for (int i = i0 + threadIdx.x; i < i1; i += GROUP_THREADS) {
+        const int e = sel[i];
+        if ((unsigned)e < (unsigned)E) atomicAdd(&hist[e], 1);
     }
-    if (lane == 0) counts[e] = cnt;
+    __syncthreads();
+    for (int e = threadIdx.x; e < E; e += GROUP_THREADS)
+        if (hist[e]) atomicAdd(&counts[e], hist[e]);
 }
 
-static __global__ void __launch_bounds__(WARPS * 32)
+static __global__ void __launch_bounds__(GROUP_THREADS)
 scatter_kernel(const int *__restrict__ sel, int n, int K, int E, const int *__restrict__ offsets, int *__restrict__ row_tok,
                int *__restrict__ inv) {
-    const int e = blockIdx.x * WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    if (e >= E) return;
-    int rank = offsets[e];
-    for (int base = 0; base < n; base += 32) {
+    extern __shared__ int next[]; // the next row of each expert
+    for (int e = threadIdx.x; e < E; e += GROUP_THREADS) next[e] = 0;
+    __syncthreads();
+    const int i0 = blockIdx.x * SEG, i1 = n - i0 < SEG ? n : i0 + SEG;
+    for (int i = threadIdx.x; i < i0; i += GROUP_THREADS) {
+        const int e = sel[i];
+        if ((unsigned)e < (unsigned)E) atomicAdd(&next[e], 1);
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < E; e += GROUP_THREADS) next[e] += offsets[e];
+    __syncthreads();
+    if (threadIdx.x >= 32) return;
+    const int lane = threadIdx.x;
+    for (int base = i0; base < i1; base += 32) {
         const int i = base + lane;
-        const bool hit = i < n && sel[i] == e;
-        const unsigned m = __ballot_sync(0xffffffffu, hit);
-        if (hit) {
-            const int row = rank + __popc(m & ((1u << lane) - 1u));
+        const int e = i < i1 ? sel[i] : -1;
+        const unsigned same = __match_any_sync(0xffffffffu, e);
+        if ((unsigned)e < (unsigned)E) {
+            const int row = next[e] + __popc(same & ((1u << lane) - 1u));
             row_tok[row] = i / K;
             inv[i] = row;
         }
-        rank += __popc(m);
+        __syncwarp();
+        if ((unsigned)e < (unsigned)E && lane == __ffs(same) - 1) next[e] += __popc(same);
+        __syncwarp();
     }
 }
 
 extern "C" sd_code sd_cuda_moe_prefill_count(const int *sel, int n, int E, int *counts, cudaStream_t stream, sd_status *st) {
-    count_kernel<<<sd_ceil_div(E, WARPS), WARPS * 32, 0, stream>>>(sel, n, E, counts);
+    SD_CUDA_CHECK(st, cudaMemsetAsync(counts, 0, sizeof(int) * (size_t)E, stream));
+    if (n < 1) return SD_OK;
+    count_kernel<<<sd_ceil_div(n, SEG), GROUP_THREADS, sizeof(int) * (size_t)E, stream>>>(sel, n, E, counts);
     SD_LAUNCH_CHECK(st);
     return SD_OK;
 }
 
 extern "C" sd_code sd_cuda_moe_prefill_scatter(const int *sel, int n, int K, int E, const int *offsets, int *row_tok,
                                                int *inv, cudaStream_t stream, sd_status *st) {
-    scatter_kernel<<<sd_ceil_div(E, WARPS), WARPS * 32, 0, stream>>>(sel, n, K, E, offsets, row_tok, inv);
+    if (n < 1) return SD_OK;
+    scatter_kernel<<<sd_ceil_div(n, SEG), GROUP_THREADS, sizeof(int) * (size_t)E, stream>>>(sel, n, K, E, offsets, row_tok,
+                                                                                             inv);
     SD_LAUNCH_CHECK(st);
     return SD_OK;
 }

@@ -310,6 +310,7 @@ static const op_case CASES[] = {
     {.op = "sd_cuda_moe_prefill_count, sd_cuda_moe_prefill_scatter", .note = "one token", .run = run_moe_prefill_group, .shape = {256, 8, 1}, .tol = TOL_BITWISE},
     {.op = "sd_cuda_moe_prefill_count, sd_cuda_moe_prefill_scatter", .run = run_moe_prefill_group, .shape = {256, 8, 37}, .tol = TOL_BITWISE},
     {.op = "sd_cuda_moe_prefill_count, sd_cuda_moe_prefill_scatter", .note = "2400 entries", .run = run_moe_prefill_group, .shape = {256, 8, 300}, .tol = TOL_BITWISE},
+    {.op = "sd_cuda_moe_prefill_count, sd_cuda_moe_prefill_scatter", .note = "8008 entries: segments of 512, the last partial", .run = run_moe_prefill_group, .shape = {256, 8, 1001}, .tol = TOL_BITWISE},
     {.op = "sd_cuda_moe_prefill_count, sd_cuda_moe_prefill_scatter", .note = "E not a multiple of 8", .run = run_moe_prefill_group, .shape = {20, 3, 11}, .tol = TOL_BITWISE},
     {.op = "sd_cuda_moe_prefill_count, sd_cuda_moe_prefill_scatter", .note = "every expert every token", .run = run_moe_prefill_group, .shape = {5, 5, 7}, .tol = TOL_BITWISE},
     {.op = "sd_cuda_moe_prefill_count, sd_cuda_moe_prefill_scatter", .run = run_moe_prefill_group, .shape = {64, 6, 100}, .tol = TOL_BITWISE},
