@@ -3,21 +3,23 @@
 //
 // The chunked recurrence mirrors engine/cpu/kda_chunk.c step for step (kda_scan.h: the algebra):
 //   prep (grid chunks × heads, 256 threads): G = cumsum(g) per key dimension, the pairs s ≤ r of
-//        A = β k̃·k̂ and Aqk = q̃·k̂ with exp(G_r − G_s) taken per element (never exp(−G): no overflow
-//        at any decay), the forward substitution (I + A)[U0 | W] = [βv | β exp(G) ⊙ k] — one thread
-//        per column, so the solve needs no barrier, each column's rows kept where only its thread
-//        reads them (U0's in the queries' rows, done with by then; W's over the keys' own column,
-//        row by row as the key is consumed), so two blocks share a multiprocessor — and the
-//        decayed queries exp(G) ⊙ q, keys exp(G_last − G) ⊙ k and the chunk's decay exp(G_last),
-//        all to global memory;
+//        A = β k̃·k̂ and Aqk = q̃·k̂ in 2 × 2 tiles with exp(G_r − G_s) taken per element (never
+//        exp(−G): no overflow at any decay), the decayed queries exp(G) ⊙ q, keys exp(G_last − G)
+//        ⊙ k and the chunk's decay exp(G_last) to global memory; then the forward substitution
+//        (I + A)[U0 | W] = [βv | β exp(G) ⊙ k], its right-hand sides written in place first (U0's
+//        over the queries' rows, done with by then; W's over the keys they are made from) and one
+//        thread per column after, so the solve needs no barrier and two blocks share a
+//        multiprocessor;
 //   scan (grid heads × value-column blocks of BV, chunk after chunk): S[:, block] in shared
 //        memory; U = U0 − W S, o = d^-0.5 (q̃ S + Aqk U), S ← Diag(exp(G_last)) S + K̄ᵀ U. Each
-//        thread owns one column and a strided set of rows, so every weight-like operand read from
-//        shared memory is a broadcast within a warp.
+//        thread owns one column and a set of rows, so every weight-like operand read from shared
+//        memory is a broadcast within a warp; the next chunk's tiles are copied in
+//        (cp.async) while the current one is used.
 // Sums run in the CPU twin's index order; the hot loops use fmaf (one rounding, twice the rate of
 // the mul + add that --fmad=false would otherwise give).
 #include "common.cuh" // sd_block_sum, sd_dev_silu, sd_dev_sigmoid, sd_dev_softplus, SD_NVTX, sd_ceil_div
 #include <cuda_bf16.h>
+#include <cuda_pipeline.h> // __pipeline_memcpy_async
 #include "kda_prefill.h"
 
 #define KDA_CHUNK SD_KDA_CHUNK
@@ -137,23 +139,48 @@ prep_kernel(const float *__restrict__ q, const float *__restrict__ k, const floa
         }
     }
     __syncthreads();
-    // Pairs s ≤ r, numbered row by row: p = r(r+1)/2 + s.
-    const int n_pairs = Lc * (Lc + 1) / 2;
+    // Pairs s ≤ r in 2 × 2 tiles (rows 2a, 2a+1 against 2b, 2b+1, b ≤ a), numbered row by row:
+    // u = a(a+1)/2 + b. Each element's row operands serve two pairs and its column operands two.
+    const int na = (Lc + 1) / 2, n_units = na * (na + 1) / 2;
     float *aqk_out = Aqk + ((size_t)c * H + h) * L * L;
-    for (int p = tid; p < n_pairs; p += PREP_THREADS) {
-        int r = (int)((sqrtf(8.0f * p + 1.0f) - 1.0f) * 0.5f);
-        while (r * (r + 1) / 2 > p) r--;
-        while ((r + 1) * (r + 2) / 2 <= p) r++;
-        const int s = p - r * (r + 1) / 2;
-        const float *Kr = Ks + r * dp, *Qr = Qs + r * dp, *Gr = Gs + r * dp, *Kq = Ks + s * dp, *Gq = Gs + s * dp;
-        float akk = 0.0f, aqk = 0.0f;
+    for (int u = tid; u < n_units; u += PREP_THREADS) {
+        int a = (int)((sqrtf(8.0f * u + 1.0f) - 1.0f) * 0.5f);
+        while (a * (a + 1) / 2 > u) a--;
+        while ((a + 1) * (a + 2) / 2 <= u) a++;
+        const int b = u - a * (a + 1) / 2, r0 = 2 * a, s0 = 2 * b;
+        const int r1 = r0 + 1 < Lc ? r0 + 1 : r0, s1 = s0 + 1 < Lc ? s0 + 1 : s0; // a dead row or column repeats its twin
+        const float *K0 = Ks + r0 * dp, *K1 = Ks + r1 * dp, *Q0 = Qs + r0 * dp, *Q1 = Qs + r1 * dp, *G0 = Gs + r0 * dp,
+                    *G1 = Gs + r1 * dp, *Kc0 = Ks + s0 * dp, *Kc1 = Ks + s1 * dp, *Gc0 = Gs + s0 * dp, *Gc1 = Gs + s1 * dp;
+        float akk00 = 0.0f, akk01 = 0.0f, akk10 = 0.0f, akk11 = 0.0f, aqk00 = 0.0f, aqk01 = 0.0f, aqk10 = 0.0f, aqk11 = 0.0f;
         for (int i = 0; i < d; i++) {
-            const float e = __expf(Gr[i] - Gq[i]) * Kq[i];
-            akk = fmaf(Kr[i], e, akk);
-            aqk = fmaf(Qr[i], e, aqk);
+            const float k0 = K0[i], k1 = K1[i], q0 = Q0[i], q1 = Q1[i], g0 = G0[i], g1 = G1[i], kc0 = Kc0[i], kc1 = Kc1[i];
+            const float gc0 = Gc0[i], gc1 = Gc1[i];
+            const float e00 = __expf(g0 - gc0) * kc0, e01 = __expf(g0 - gc1) * kc1;
+            const float e10 = __expf(g1 - gc0) * kc0, e11 = __expf(g1 - gc1) * kc1;
+            akk00 = fmaf(k0, e00, akk00);
+            aqk00 = fmaf(q0, e00, aqk00);
+            akk01 = fmaf(k0, e01, akk01);
+            aqk01 = fmaf(q0, e01, aqk01);
+            akk10 = fmaf(k1, e10, akk10);
+            aqk10 = fmaf(q1, e10, aqk10);
+            akk11 = fmaf(k1, e11, akk11);
+            aqk11 = fmaf(q1, e11, aqk11);
         }
-        As[r * L + s] = s < r ? beta[(size_t)(t0 + r) * ld_b + h] * akk : 0.0f;
-        aqk_out[r * L + s] = aqk;
+        const float b0 = beta[(size_t)(t0 + r0) * ld_b + h], b1 = beta[(size_t)(t0 + r1) * ld_b + h];
+        const float akk[2][2] = {{akk00, akk01}, {akk10, akk11}}, aqk[2][2] = {{aqk00, aqk01}, {aqk10, aqk11}};
+        const float bb[2] = {b0, b1};
+#pragma unroll
+        for (int x = 0; x < 2; x++) {
+            const int r = r0 + x;
+            if (r >= Lc) continue;
+#pragma unroll
+            for (int y = 0; y < 2; y++) {
+                const int sc = s0 + y;
+                if (sc >= Lc || sc > r) continue;
+                As[r * L + sc] = sc < r ? bb[x] * akk[x][y] : 0.0f;
+                aqk_out[r * L + sc] = aqk[x][y];
+            }
+        }
     }
     // The decayed queries and keys and the chunk's decay (G only: no barrier needed).
     const float *Glast = Gs + (Lc - 1) * dp;
@@ -165,22 +192,27 @@ prep_kernel(const float *__restrict__ q, const float *__restrict__ k, const floa
     }
     for (int i = tid; i < d; i += PREP_THREADS) GL[((size_t)c * H + h) * d + i] = __expf(Glast[i]);
     __syncthreads(); // A complete; the queries' rows are free
-    // X_r = B_r − Σ_{s<r} A_rs X_s, one thread per column of [βv | β exp(G) ⊙ k]: column j < d
-    // keeps its rows in Qs (row pitch d), column d + i over Ks's column i (row r replaces the key
-    // it was made from). Only the column's own thread reads either.
+    // The right-hand sides [βv | β exp(G) ⊙ k] in place, all rows at once: column j < d in Qs (row
+    // pitch d), column d + i over Ks's column i (the key it is made from).
+    for (int idx = tid; idx < Lc * d; idx += PREP_THREADS) {
+        const int r = idx / d, i = idx % d;
+        const float b = beta[(size_t)(t0 + r) * ld_b + h];
+        Qs[r * d + i] = b * v[(size_t)(t0 + r) * ld + (size_t)h * d + i];
+        Ks[r * dp + i] = b * (__expf(Gs[r * dp + i]) * Ks[r * dp + i]);
+    }
+    __syncthreads();
+    // X_r = B_r − Σ_{s<r} A_rs X_s, one thread per column, in place over its right-hand side: only
+    // the column's own thread reads or writes it from here on.
     for (int j = tid; j < 2 * d; j += PREP_THREADS) {
         float *X = j < d ? Qs + j : Ks + (j - d);
         const int xp = j < d ? d : dp;
+        float *out = (j < d ? U0 + j : Wm + (j - d)) + (size_t)t0 * P + (size_t)h * d;
         for (int r = 0; r < Lc; r++) {
-            const float b = beta[(size_t)(t0 + r) * ld_b + h];
-            float x = j < d ? b * v[(size_t)(t0 + r) * ld + (size_t)h * d + j]
-                            : b * (__expf(Gs[r * dp + j - d]) * Ks[r * dp + j - d]);
+            float x = X[r * xp];
             const float *Ar = As + r * L;
             for (int s = 0; s < r; s++) x = fmaf(-Ar[s], X[s * xp], x);
             X[r * xp] = x;
-            const size_t o = (size_t)(t0 + r) * P + (size_t)h * d;
-            if (j < d) U0[o + j] = x;
-            else Wm[o + j - d] = x;
+            out[(size_t)r * P] = x;
         }
     }
 }
@@ -199,6 +231,21 @@ struct scan_shape {
     }
 };
 
+// Rows 0 .. Lc-1 of a chunk's (L, cols) tile of src (row stride ld) copied asynchronously into dst
+// (row pitch pitch); rows past Lc zeroed. cols and both strides are multiples of 4 floats.
+template <int NT>
+static __device__ __forceinline__ void tile_async(float *dst, int pitch, const float *src, size_t ld, int cols, int Lc) {
+    const int q = cols / 4;
+    for (int idx = threadIdx.x; idx < KDA_CHUNK * q; idx += NT) {
+        const int r = idx / q, c4 = (idx % q) * 4;
+        if (r < Lc) __pipeline_memcpy_async(dst + r * pitch + c4, src + (size_t)r * ld + c4, 16);
+        else *(float4 *)(dst + r * pitch + c4) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+}
+
+// Per chunk: phase 1 (U = U0 − W·S, q̃·S), phase 2 (the outputs), phase 3 (the state). The next
+// chunk's W and q̃ are copied in while phases 2 and 3 run, its Aqk, K̄ and decay while phase 1 runs:
+// each buffer is refilled once the phase that reads it is past a barrier.
 template <int D, int BV>
 static __global__ void __launch_bounds__(scan_shape<D, BV>::NT)
 scan_kernel(const float *__restrict__ Wm, const float *__restrict__ U0, const float *__restrict__ Kbar,
@@ -206,50 +253,59 @@ scan_kernel(const float *__restrict__ Wm, const float *__restrict__ U0, const fl
             const float *S_in, float *S_out, float *__restrict__ y, int ld_y, float scale) {
     using sh = scan_shape<D, BV>;
     constexpr int L = sh::L, NT = sh::NT, NG = sh::NG, RU = sh::RU, RS = sh::RS, DP = sh::DP;
-    extern __shared__ float sm[];
+    extern __shared__ __align__(16) float sm[];
     float *Ss = sm, *Ws = Ss + D * BV, *Qs = Ws + L * DP, *Kb = Qs + L * DP, *As = Kb + L * DP, *Us = As + L * L,
           *Gl = Us + L * BV;
     const int h = blockIdx.x, j0 = blockIdx.y * BV, tid = threadIdx.x, col = tid % BV, rg = tid / BV, P = H * D;
     const size_t S_off = (size_t)h * D * D;
-    for (int idx = tid; idx < D * BV; idx += NT) Ss[idx] = S_in[S_off + (size_t)(idx / BV) * D + j0 + idx % BV];
     const int nc = (T + L - 1) / L;
+    auto rows_of = [&](int c) { return T - c * L < L ? T - c * L : L; };
+    auto load_wq = [&](int c) { // group A of chunk c: W, q̃
+        const size_t o = (size_t)c * L * P + (size_t)h * D;
+        tile_async<NT>(Ws, DP, Wm + o, P, D, rows_of(c));
+        tile_async<NT>(Qs, DP, Qt + o, P, D, rows_of(c));
+        __pipeline_commit();
+    };
+    auto load_akg = [&](int c) { // group B of chunk c: Aqk, K̄, the decay
+        tile_async<NT>(As, L, Aqk + ((size_t)c * H + h) * L * L, L, L, rows_of(c));
+        tile_async<NT>(Kb, DP, Kbar + (size_t)c * L * P + (size_t)h * D, P, D, rows_of(c));
+        for (int i = tid; i < D / 4; i += NT) __pipeline_memcpy_async(Gl + 4 * i, GL + ((size_t)c * H + h) * D + 4 * i, 16);
+        __pipeline_commit();
+    };
+    for (int idx = tid; idx < D * BV; idx += NT) Ss[idx] = S_in[S_off + (size_t)(idx / BV) * D + j0 + idx % BV];
+    load_wq(0);
+    load_akg(0);
     for (int c = 0; c < nc; c++) {
-        const int t0 = c * L, Lc = T - t0 < L ? T - t0 : L;
-        __syncthreads(); // the previous chunk's reads of Ws, Qs, Kb, As, Us are done
-        for (int idx = tid; idx < L * D; idx += NT) {
-            const int r = idx / D, i = idx % D;
-            const size_t o = (size_t)(t0 + r) * P + (size_t)h * D + i;
-            const bool live = r < Lc;
-            Ws[r * DP + i] = live ? Wm[o] : 0.0f;
-            Qs[r * DP + i] = live ? Qt[o] : 0.0f;
-            Kb[r * DP + i] = live ? Kbar[o] : 0.0f;
-        }
-        const float *aqk = Aqk + ((size_t)c * H + h) * L * L;
-        for (int idx = tid; idx < L * L; idx += NT) {
-            const int r = idx / L, s = idx % L;
-            As[idx] = r < Lc && s <= r ? aqk[idx] : 0.0f;
-        }
-        for (int i = tid; i < D; i += NT) Gl[i] = GL[((size_t)c * H + h) * D + i];
-        __syncthreads();
+        const int t0 = c * L, Lc = rows_of(c);
+        __pipeline_wait_prior(1); // this chunk's W and q̃ (its Aqk, K̄ may be in flight)
+        __syncthreads();          // ... and every thread's copies of them, the state's last writes
         // U = U0 − W·S and q̃·S for the rows this thread owns.
-        float u[RU], qs[RU];
+        float u0[RU], u[RU], qs[RU];
 #pragma unroll
-        for (int m = 0; m < RU; m++) u[m] = qs[m] = 0.0f;
-        for (int i = 0; i < D; i++) {
-            const float s = Ss[i * BV + col];
+        for (int m = 0; m < RU; m++) {
+            const int r = rg + m * NG;
+            u0[m] = r < Lc ? U0[(size_t)(t0 + r) * P + (size_t)h * D + j0 + col] : 0.0f;
+            u[m] = qs[m] = 0.0f;
+        }
+        for (int i = 0; i < D; i += 4) { // four of S's rows a step: W's and q̃'s as one 16-byte broadcast
+            const float s0 = Ss[i * BV + col], s1 = Ss[(i + 1) * BV + col], s2 = Ss[(i + 2) * BV + col],
+                        s3 = Ss[(i + 3) * BV + col];
 #pragma unroll
             for (int m = 0; m < RU; m++) {
                 const int r = rg + m * NG;
-                u[m] = fmaf(Ws[r * DP + i], s, u[m]);
-                qs[m] = fmaf(Qs[r * DP + i], s, qs[m]);
+                const float4 w = *(const float4 *)(Ws + r * DP + i), qv = *(const float4 *)(Qs + r * DP + i);
+                u[m] = fmaf(w.w, s3, fmaf(w.z, s2, fmaf(w.y, s1, fmaf(w.x, s0, u[m]))));
+                qs[m] = fmaf(qv.w, s3, fmaf(qv.z, s2, fmaf(qv.y, s1, fmaf(qv.x, s0, qs[m]))));
             }
         }
 #pragma unroll
         for (int m = 0; m < RU; m++) {
             const int r = rg + m * NG;
-            Us[r * BV + col] = r < Lc ? U0[(size_t)(t0 + r) * P + (size_t)h * D + j0 + col] - u[m] : 0.0f;
+            Us[r * BV + col] = r < Lc ? u0[m] - u[m] : 0.0f;
         }
-        __syncthreads(); // U complete
+        __pipeline_wait_prior(0); // this chunk's Aqk, K̄, decay
+        __syncthreads();          // U complete; W, q̃ and every thread's reads of S done
+        if (c + 1 < nc) load_wq(c + 1);
 #pragma unroll
         for (int m = 0; m < RU; m++) {
             const int r = rg + m * NG;
@@ -258,24 +314,33 @@ scan_kernel(const float *__restrict__ Wm, const float *__restrict__ U0, const fl
             for (int s = 0; s <= r; s++) acc = fmaf(As[r * L + s], Us[s * BV + col], acc);
             y[(size_t)(t0 + r) * ld_y + (size_t)h * D + j0 + col] = scale * acc;
         }
-        // S ← exp(G_last) ⊙ S + K̄ᵀ U, each thread its own rows of its column: after every thread's
-        // reads of the whole column above.
-        __syncthreads();
+        // S ← exp(G_last) ⊙ S + K̄ᵀ U, each thread its own RS consecutive rows of its column (K̄'s
+        // as 16-byte broadcasts where RS allows).
         float sn[RS];
+        const int i0 = rg * RS;
 #pragma unroll
-        for (int m = 0; m < RS; m++) {
-            const int i = rg + m * NG;
-            sn[m] = Gl[i] * Ss[i * BV + col];
-        }
+        for (int m = 0; m < RS; m++) sn[m] = Gl[i0 + m] * Ss[(i0 + m) * BV + col];
         for (int s = 0; s < Lc; s++) {
             const float us = Us[s * BV + col];
+            if constexpr (RS % 4 == 0) {
 #pragma unroll
-            for (int m = 0; m < RS; m++) sn[m] = fmaf(Kb[s * DP + rg + m * NG], us, sn[m]);
+                for (int m = 0; m < RS; m += 4) {
+                    const float4 kb = *(const float4 *)(Kb + s * DP + i0 + m);
+                    sn[m] = fmaf(kb.x, us, sn[m]);
+                    sn[m + 1] = fmaf(kb.y, us, sn[m + 1]);
+                    sn[m + 2] = fmaf(kb.z, us, sn[m + 2]);
+                    sn[m + 3] = fmaf(kb.w, us, sn[m + 3]);
+                }
+            } else {
+#pragma unroll
+                for (int m = 0; m < RS; m++) sn[m] = fmaf(Kb[s * DP + i0 + m], us, sn[m]);
+            }
         }
 #pragma unroll
-        for (int m = 0; m < RS; m++) Ss[(rg + m * NG) * BV + col] = sn[m];
+        for (int m = 0; m < RS; m++) Ss[(i0 + m) * BV + col] = sn[m];
+        __syncthreads(); // Aqk, K̄, the decay and U read
+        if (c + 1 < nc) load_akg(c + 1);
     }
-    __syncthreads();
     for (int idx = tid; idx < D * BV; idx += NT) S_out[S_off + (size_t)(idx / BV) * D + j0 + idx % BV] = Ss[idx];
 }
 
@@ -315,16 +380,18 @@ extern "C" sd_code sd_cuda_kda_chunk(const float *q, const float *k, const float
 }
 
 // ---------------------------------------------------------------------------- (d) output norm
+#define OUT_THREADS 128
+
 template <bool BF16>
-static __global__ void __launch_bounds__(CONV_THREADS)
+static __global__ void __launch_bounds__(OUT_THREADS)
 out_kernel(const float *__restrict__ y, const float *__restrict__ gb, const float *__restrict__ o_norm, float eps, int H,
            int d, void *out) {
     __shared__ float sh[32];
     const size_t base = ((size_t)blockIdx.x * H + blockIdx.y) * d;
     float ss = 0.0f;
-    for (int i = threadIdx.x; i < d; i += CONV_THREADS) ss += y[base + i] * y[base + i];
+    for (int i = threadIdx.x; i < d; i += OUT_THREADS) ss += y[base + i] * y[base + i];
     const float scale = 1.0f / sqrtf(sd_block_sum(ss, sh) / (float)d + eps);
-    for (int i = threadIdx.x; i < d; i += CONV_THREADS) {
+    for (int i = threadIdx.x; i < d; i += OUT_THREADS) {
         const float r = ((y[base + i] * scale) * o_norm[i]) * sd_dev_sigmoid(gb[base + i]);
         if (BF16) ((__nv_bfloat16 *)out)[base + i] = __float2bfloat16_rn(r);
         else ((float *)out)[base + i] = r;
@@ -335,8 +402,8 @@ extern "C" sd_code sd_cuda_kda_prefill_out(const float *y, const float *gb, cons
                                            int d, void *out, bool out_bf16, cudaStream_t stream, sd_status *st) {
     SD_NVTX("sd_cuda_kda_prefill_out");
     if (T < 1) return SD_OK;
-    if (out_bf16) out_kernel<true><<<dim3(T, H), CONV_THREADS, 0, stream>>>(y, gb, o_norm, eps, H, d, out);
-    else out_kernel<false><<<dim3(T, H), CONV_THREADS, 0, stream>>>(y, gb, o_norm, eps, H, d, out);
+    if (out_bf16) out_kernel<true><<<dim3(T, H), OUT_THREADS, 0, stream>>>(y, gb, o_norm, eps, H, d, out);
+    else out_kernel<false><<<dim3(T, H), OUT_THREADS, 0, stream>>>(y, gb, o_norm, eps, H, d, out);
     SD_LAUNCH_CHECK(st);
     return SD_OK;
 }
